@@ -1,0 +1,1 @@
+"""On-disk formats, with no Beam: the dataset layout, its writer and fast reader."""

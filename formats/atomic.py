@@ -1,0 +1,53 @@
+"""Atomic local writes: a temporary name in the same directory, fsync, then rename."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Iterator
+from typing import BinaryIO
+
+TMP_MARKER = ".tmp-"
+
+
+def temp_name(path: str) -> str:
+    """A hidden sibling name that no reader or verifier mistakes for a finished file."""
+    head, tail = os.path.split(path)
+    return os.path.join(head, f".{tail}{TMP_MARKER}{uuid.uuid4().hex}")
+
+
+def is_temp_name(name: str) -> bool:
+    return name.startswith(".") and TMP_MARKER in name
+
+
+@contextlib.contextmanager
+def atomic_open(path: str) -> Iterator[BinaryIO]:
+    """Yield a binary file; on success it is fsynced and renamed to ``path``, on error removed."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = temp_name(path)
+    try:
+        with open(tmp, "wb") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(os.path.dirname(path) or ".")
+
+
+def atomic_write_bytes(path: str, data: bytes) -> None:
+    with atomic_open(path) as handle:
+        handle.write(data)
+
+
+def _fsync_dir(directory: str) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -1,0 +1,152 @@
+"""The shard encoding, behind one small interface shared by writer and reader.
+
+Parquet is the default and the LeRobot-compatible encoding. Another encoding (e.g. Arrow IPC, which
+memory-maps faster) only has to implement :class:`ShardEncoding` and register in ``ENCODINGS``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import BinaryIO, Protocol
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from shardfeed.schemas.features import FeatureSpec
+
+ZSTD_LEVEL = 3
+
+
+class ShardFile(Protocol):
+    """An open shard: row-group layout plus a columnar read of whole row groups."""
+
+    @property
+    def num_rows(self) -> int: ...
+
+    @property
+    def row_group_rows(self) -> list[int]: ...
+
+    def read_row_groups(
+        self, indices: Sequence[int], columns: Sequence[str] | None
+    ) -> pa.Table: ...
+
+
+class ShardEncoding(Protocol):
+    name: str
+    extension: str
+
+    def write(
+        self, sink: BinaryIO, schema: pa.Schema, groups: Iterable[pa.Table], spec: FeatureSpec
+    ) -> None:
+        """Write each table of ``groups`` as exactly one row group."""
+
+    def open(self, source: BinaryIO | str) -> ShardFile:
+        """Open a local path or an open random-access file."""
+
+
+class _ParquetShardFile:
+    def __init__(self, source) -> None:
+        # a local path is memory-mapped; object stores pass an open pyarrow input file
+        self._file = pq.ParquetFile(
+            source,
+            memory_map=isinstance(source, str),
+            pre_buffer=True,
+            page_checksum_verification=True,
+        )
+
+    @property
+    def num_rows(self) -> int:
+        return self._file.metadata.num_rows
+
+    @property
+    def row_group_rows(self) -> list[int]:
+        meta = self._file.metadata
+        return [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self._file.schema_arrow
+
+    def read_row_groups(self, indices: Sequence[int], columns: Sequence[str] | None) -> pa.Table:
+        return self._file.read_row_groups(
+            list(indices), columns=list(columns) if columns is not None else None, use_threads=True
+        )
+
+
+class ParquetEncoding:
+    """zstd on numeric and text columns, no second compression of encoded media, page index on."""
+
+    name = "parquet"
+    extension = ".parquet"
+
+    def write(
+        self, sink: BinaryIO, schema: pa.Schema, groups: Iterable[pa.Table], spec: FeatureSpec
+    ) -> None:
+        compression, no_dictionary = self._column_options(spec)
+        with pq.ParquetWriter(
+            sink,
+            schema,
+            compression=compression,
+            compression_level={
+                col: ZSTD_LEVEL for col, codec in compression.items() if codec == "zstd"
+            },
+            use_dictionary=[c for c in _leaf_paths(schema) if c not in no_dictionary],
+            write_statistics=True,
+            write_page_index=True,
+            write_page_checksum=True,
+            store_schema=True,
+        ) as writer:
+            for table in groups:
+                # one call per planned group; a row_group_size >= len keeps it one row group
+                writer.write_table(table, row_group_size=max(1, table.num_rows))
+
+    def open(self, source) -> ShardFile:
+        return _ParquetShardFile(source)
+
+    @staticmethod
+    def _column_options(spec: FeatureSpec) -> tuple[dict[str, str], set[str]]:
+        compression: dict[str, str] = {}
+        no_dictionary: set[str] = set()
+        for feature in spec.stored:
+            for leaf in _leaf_paths(pa.schema([pa.field(feature.name, feature.arrow_type)])):
+                media = feature.dtype == "image" and leaf.endswith(".bytes")
+                compression[leaf] = "none" if media else "zstd"
+                if media or feature.is_tensor or feature.dtype in ("float16", "float32", "float64"):
+                    no_dictionary.add(
+                        leaf
+                    )  # dictionaries rarely pay for floats and never for media
+        return compression, no_dictionary
+
+
+def _leaf_paths(schema: pa.Schema) -> list[str]:
+    """Parquet leaf column paths ('a.list.element', 'img.bytes') as the writer names them."""
+    paths: list[str] = []
+
+    def walk(prefix: str, atype: pa.DataType) -> None:
+        if pa.types.is_struct(atype):
+            for i in range(atype.num_fields):
+                walk(f"{prefix}.{atype.field(i).name}", atype.field(i).type)
+        elif (
+            pa.types.is_list(atype)
+            or pa.types.is_fixed_size_list(atype)
+            or pa.types.is_large_list(atype)
+        ):
+            walk(f"{prefix}.list.element", atype.value_type)  # compliant nested naming
+        else:
+            paths.append(prefix)
+
+    for field in schema:
+        walk(field.name, field.type)
+    return paths
+
+
+ENCODINGS: dict[str, ShardEncoding] = {"parquet": ParquetEncoding()}
+
+
+def get_encoding(name: str) -> ShardEncoding:
+    try:
+        return ENCODINGS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown shard encoding {name!r}; expected one of {sorted(ENCODINGS)}"
+        ) from None

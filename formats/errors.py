@@ -1,0 +1,13 @@
+"""Errors the reader and verifier raise; all are clean, user-facing messages."""
+
+from __future__ import annotations
+
+from shardfeed.schemas.errors import ShardfeedError
+
+
+class IncompleteDatasetError(ShardfeedError):
+    """No valid manifest: the dataset was never finished (or is not a shardfeed dataset)."""
+
+
+class CorruptShardError(ShardfeedError):
+    """A shard disagrees with its manifest record (size, rows, row groups, schema or checksum)."""

@@ -1,0 +1,146 @@
+"""Per-feature statistics in LeRobot's ``stats.json`` shape: min max mean std count and quantiles.
+
+``FeatureStats`` is mergeable: mean and variance merge exactly (Chan et al.), quantiles come from a
+deterministic compacting sketch that is exact up to ``sketch_size`` values per element and has rank
+error of about ``1 / sketch_size`` per compaction level beyond. Merging in a fixed order (shard order)
+gives byte-identical results however the work was split.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+QUANTILES: dict[str, float] = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
+STAT_KEYS = ("min", "max", "mean", "std", "count", *QUANTILES)
+DEFAULT_SKETCH_SIZE = 2048
+
+
+@dataclass
+class FeatureStats:
+    """Running stats over rows of shape ``shape``; every element is tracked separately."""
+
+    shape: tuple[int, ...]
+    integer: bool = False
+    sketch_size: int = DEFAULT_SKETCH_SIZE
+    count: int = 0
+    _mean: np.ndarray | None = None
+    _m2: np.ndarray | None = None
+    _min: np.ndarray | None = None
+    _max: np.ndarray | None = None
+    _levels: list[np.ndarray] = field(default_factory=list)
+    _parity: list[int] = field(default_factory=list)
+
+    @property
+    def width(self) -> int:
+        return int(np.prod(self.shape))
+
+    def add(self, values: np.ndarray) -> FeatureStats:
+        """Add a batch: ``values`` has shape ``(n, *shape)`` (or ``(n,)`` for scalars)."""
+        flat = np.asarray(values).reshape(len(values), self.width)
+        if len(flat) == 0:
+            return self
+        data = flat.astype(np.float64)
+        batch = FeatureStats(self.shape, self.integer, self.sketch_size)
+        batch.count = len(flat)
+        batch._mean = data.mean(axis=0)
+        batch._m2 = ((data - batch._mean) ** 2).sum(axis=0)
+        batch._min = flat.min(axis=0)
+        batch._max = flat.max(axis=0)
+        batch._levels = [data]
+        batch._parity = [0]
+        batch._compact()
+        return self.merge(batch)
+
+    def merge(self, other: FeatureStats) -> FeatureStats:
+        """Fold ``other`` into self (in place) and return self."""
+        if other.count == 0:
+            return self
+        if self.count == 0:
+            self.count, self._mean, self._m2 = other.count, other._mean.copy(), other._m2.copy()
+            self._min, self._max = other._min.copy(), other._max.copy()
+            self._levels = [lvl.copy() for lvl in other._levels]
+            self._parity = list(other._parity)
+            return self
+        n_a, n_b = self.count, other.count
+        n = n_a + n_b
+        delta = other._mean - self._mean
+        self._mean = self._mean + delta * (n_b / n)
+        self._m2 = self._m2 + other._m2 + delta**2 * (n_a * n_b / n)
+        self._min = np.minimum(self._min, other._min)
+        self._max = np.maximum(self._max, other._max)
+        self.count = n
+        for h, level in enumerate(other._levels):
+            if h < len(self._levels):
+                self._levels[h] = np.concatenate([self._levels[h], level])
+            else:
+                self._levels.append(level.copy())
+                self._parity.append(0)
+        self._compact()
+        return self
+
+    def _compact(self) -> None:
+        h = 0
+        while h < len(self._levels):
+            level = self._levels[h]
+            if len(level) > self.sketch_size:
+                ordered = np.sort(level, axis=0)
+                keep = ordered[-1:] if len(ordered) % 2 else ordered[:0]
+                pairs = ordered[: len(ordered) - len(keep)]
+                promoted = pairs[self._parity[h] :: 2]
+                self._parity[h] ^= (
+                    1  # alternate which half survives, so errors do not drift one way
+                )
+                self._levels[h] = keep
+                if h + 1 == len(self._levels):
+                    self._levels.append(promoted)
+                    self._parity.append(0)
+                else:
+                    self._levels[h + 1] = np.concatenate([self._levels[h + 1], promoted])
+            h += 1
+
+    def quantile(self, q: float) -> np.ndarray:
+        """The smallest value whose weighted rank reaches ``q`` (the inverted-CDF definition)."""
+        values = np.concatenate(self._levels)
+        weights = np.concatenate([np.full(len(lvl), 2.0**h) for h, lvl in enumerate(self._levels)])
+        order = np.argsort(values, axis=0, kind="stable")
+        sorted_values = np.take_along_axis(values, order, axis=0)
+        cum = np.cumsum(weights[order], axis=0)
+        target = q * cum[-1]
+        pos = (cum < target[None, :] - 1e-9).sum(axis=0)
+        pos = np.minimum(pos, len(values) - 1)
+        return sorted_values[pos, np.arange(values.shape[1])]
+
+    def to_json(self) -> dict[str, Any]:
+        """LeRobot layout: every statistic is a nested list of the feature's shape; count is [n]."""
+        if self.count == 0:
+            raise ValueError("no values were added")
+
+        def shaped(arr: np.ndarray) -> Any:
+            return np.asarray(arr).reshape(self.shape).tolist()
+
+        cast = (lambda a: a.astype(np.int64)) if self.integer else (lambda a: a.astype(np.float64))
+        out: dict[str, Any] = {
+            "min": shaped(cast(self._min)),
+            "max": shaped(cast(self._max)),
+            "mean": shaped(self._mean),
+            "std": shaped(np.sqrt(self._m2 / self.count)),
+            "count": [self.count],
+        }
+        for key, q in QUANTILES.items():
+            out[key] = shaped(self.quantile(q))
+        return out
+
+
+def merge_all(parts: list[Mapping[str, FeatureStats]]) -> dict[str, FeatureStats]:
+    """Merge per-part stats dicts in the given order (the order fixes the bytes)."""
+    merged: dict[str, FeatureStats] = {}
+    for part in parts:
+        for name, stats in part.items():
+            if name not in merged:
+                merged[name] = FeatureStats(stats.shape, stats.integer, stats.sketch_size)
+            merged[name].merge(stats)
+    return merged

@@ -1,0 +1,72 @@
+"""Where a dataset lives: a local directory or an object-store URI, reached through ``pyarrow.fs``.
+
+Every path handed out is a manifest-relative path checked against escapes; on local disks it is also
+resolved through symlinks and refused if it lands outside the root.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from dataclasses import dataclass
+
+import pyarrow.fs as pafs
+
+from shardfeed.schemas.paths import check_relative_path, resolve_within
+
+
+@dataclass(frozen=True)
+class Location:
+    filesystem: pafs.FileSystem
+    root: str
+    is_local: bool
+    display: str
+
+    def path(self, rel: str, field: str = "path") -> str:
+        """Filesystem path of ``rel``; raises UnsafePathError if it escapes the root."""
+        if self.is_local:
+            return resolve_within(self.root, rel, field)
+        return posixpath.join(self.root, check_relative_path(rel, field))
+
+    def open_input(self, rel: str, field: str = "path"):
+        return self.filesystem.open_input_file(self.path(rel, field))
+
+    def read_bytes(self, rel: str, field: str = "path") -> bytes:
+        with self.open_input(rel, field) as handle:
+            return handle.read()
+
+    def info(self, rel: str, field: str = "path") -> pafs.FileInfo:
+        return self.filesystem.get_file_info(self.path(rel, field))
+
+    def list_files(self, directory: str) -> list[str]:
+        """Root-relative paths of all files under ``directory`` (recursive); [] if it is absent."""
+        base = (
+            posixpath.join(self.root, directory)
+            if not self.is_local
+            else os.path.join(self.root, directory)
+        )
+        selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
+        out = []
+        for info in self.filesystem.get_file_info(selector):
+            if info.type == pafs.FileType.Directory:
+                continue
+            rel = (
+                os.path.relpath(info.path, self.root)
+                if self.is_local
+                else posixpath.relpath(info.path, self.root)
+            )
+            out.append(rel.replace(os.sep, "/"))
+        return sorted(out)
+
+
+def locate(uri: str | os.PathLike[str], filesystem: pafs.FileSystem | None = None) -> Location:
+    """Resolve a local path, ``file://`` or object-store URI (``s3://bucket/prefix``) to a Location."""
+    text = os.fspath(uri)
+    if filesystem is not None:
+        root = text.split("://", 1)[-1].rstrip("/")
+        return Location(filesystem, root, isinstance(filesystem, pafs.LocalFileSystem), text)
+    if "://" in text and not text.startswith("file://"):
+        fs, root = pafs.FileSystem.from_uri(text)
+        return Location(fs, root.rstrip("/"), False, text)
+    local = text[len("file://") :] if text.startswith("file://") else text
+    return Location(pafs.LocalFileSystem(), os.path.abspath(local), True, text)

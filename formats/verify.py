@@ -1,0 +1,169 @@
+"""Verify a dataset against its manifest: every listed file's size and sha256, shard row counts,
+and no unlisted files under ``data/``, ``videos/`` or ``meta/``."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from shardfeed.formats.atomic import is_temp_name
+from shardfeed.formats.encoding import get_encoding
+from shardfeed.formats.layout import LISTED_DIRS
+from shardfeed.formats.reader import load_manifest
+from shardfeed.formats.storage import Location, locate
+from shardfeed.schemas.errors import UnsafePathError
+from shardfeed.schemas.manifest import MANIFEST_PATH, Manifest
+
+PROBLEM_KINDS = ("missing", "size", "hash", "rows", "extra", "unsafe", "unreadable")
+_READ_CHUNK = 8 << 20
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str
+    kind: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.kind}: {self.detail}"
+
+
+@dataclass
+class VerifyReport:
+    problems: list[Problem] = field(default_factory=list)
+    shards_checked: int = 0
+    files_checked: int = 0
+    bytes_hashed: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict:
+        return {
+            "ok": self.ok,
+            "shards_checked": self.shards_checked,
+            "files_checked": self.files_checked,
+            "bytes_hashed": self.bytes_hashed,
+            "problems": [
+                {"path": p.path, "kind": p.kind, "detail": p.detail} for p in self.problems
+            ],
+        }
+
+
+def verify_dataset(
+    path: str | os.PathLike[str],
+    *,
+    check_hashes: bool = True,
+    filesystem: pafs.FileSystem | None = None,
+) -> VerifyReport:
+    """Check a dataset; raises IncompleteDatasetError/SchemaError if the manifest itself is bad."""
+    location = locate(path, filesystem)
+    return verify_location(location, load_manifest(location), check_hashes=check_hashes)
+
+
+def verify_location(
+    location: Location, manifest: Manifest, *, check_hashes: bool = True, progress=None
+) -> VerifyReport:
+    report = VerifyReport()
+    encoding = get_encoding(manifest.encoding)
+    for i, shard in enumerate(manifest.shards):
+        ok = _check_file(
+            location,
+            shard.path,
+            shard.bytes,
+            shard.sha256,
+            f"shards[{i}].path",
+            report,
+            check_hashes,
+        )
+        report.shards_checked += 1
+        if ok:
+            _check_rows(location, shard, encoding, report)
+        if progress is not None:
+            progress(shard.bytes)
+    for i, record in enumerate(manifest.files):
+        _check_file(
+            location,
+            record.path,
+            record.bytes,
+            record.sha256,
+            f"files[{i}].path",
+            report,
+            check_hashes,
+        )
+        report.files_checked += 1
+    listed = {s.path for s in manifest.shards} | {f.path for f in manifest.files} | {MANIFEST_PATH}
+    for directory in LISTED_DIRS:
+        for rel in location.list_files(directory):
+            if rel not in listed:
+                what = (
+                    "leftover temporary file"
+                    if is_temp_name(rel.rsplit("/", 1)[-1])
+                    else "file not listed in the manifest"
+                )
+                report.problems.append(Problem(rel, "extra", what))
+    return report
+
+
+def _check_file(
+    location: Location,
+    rel: str,
+    size: int,
+    sha256: str,
+    field: str,
+    report: VerifyReport,
+    check_hashes: bool,
+) -> bool:
+    try:
+        path = location.path(rel, field)
+    except UnsafePathError as err:
+        report.problems.append(Problem(rel, "unsafe", err.message))
+        return False
+    info = location.filesystem.get_file_info(path)
+    if info.type == pafs.FileType.NotFound:
+        report.problems.append(Problem(rel, "missing", "listed in the manifest but absent"))
+        return False
+    if info.size != size:
+        report.problems.append(
+            Problem(rel, "size", f"{info.size} bytes on disk, manifest says {size}")
+        )
+        return False
+    if check_hashes:
+        digest = hashlib.sha256()
+        with location.filesystem.open_input_stream(path) as stream:
+            while chunk := stream.read(_READ_CHUNK):
+                digest.update(chunk)
+        report.bytes_hashed += size
+        if digest.hexdigest() != sha256:
+            report.problems.append(
+                Problem(
+                    rel,
+                    "hash",
+                    f"sha256 {digest.hexdigest()[:16]}… does not match manifest {sha256[:16]}…",
+                )
+            )
+            return False
+    return True
+
+
+def _check_rows(location: Location, shard, encoding, report: VerifyReport) -> None:
+    try:
+        source = location.path(shard.path) if location.is_local else location.open_input(shard.path)
+        opened = encoding.open(source)
+        rows, groups = opened.num_rows, tuple(opened.row_group_rows)
+    except (OSError, pa.ArrowException) as err:
+        report.problems.append(Problem(shard.path, "unreadable", str(err)))
+        return
+    if rows != shard.rows or groups != shard.row_groups:
+        report.problems.append(
+            Problem(
+                shard.path,
+                "rows",
+                f"footer has {rows} rows in {len(groups)} groups, manifest says {shard.rows} in {len(shard.row_groups)}",
+            )
+        )

@@ -1,0 +1,76 @@
+"""Strict accessors for untrusted JSON: every failure names the field it came from."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shardfeed.schemas.errors import SchemaError
+
+_TYPE_NAMES = {
+    int: "integer",
+    float: "number",
+    str: "string",
+    bool: "boolean",
+    list: "array",
+    dict: "object",
+}
+
+
+def _type_ok(value: Any, kind: type | tuple[type, ...]) -> bool:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(value, bool) and bool not in kinds:
+        return False  # JSON true is not an integer
+    if float in kinds and isinstance(value, int) and not isinstance(value, bool):
+        return True
+    return isinstance(value, kinds)
+
+
+def get(
+    obj: dict[str, Any],
+    key: str,
+    kind: type | tuple[type, ...],
+    where: str,
+    *,
+    optional: bool = False,
+    default: Any = None,
+    nullable: bool = False,
+) -> Any:
+    """Return ``obj[key]`` checked against ``kind``; raise SchemaError naming ``where.key``."""
+    field = f"{where}.{key}" if where else key
+    if key not in obj:
+        if optional:
+            return default
+        raise SchemaError(field, "is missing")
+    value = obj[key]
+    if value is None and nullable:
+        return None
+    if not _type_ok(value, kind):
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        expected = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
+        raise SchemaError(field, f"expected {expected}, got {type(value).__name__} {value!r:.60}")
+    return value
+
+
+def non_negative(value: int, field: str) -> int:
+    if value < 0:
+        raise SchemaError(field, f"must be >= 0, got {value}")
+    return value
+
+
+def require_object(value: Any, field: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise SchemaError(field or "<root>", f"expected object, got {type(value).__name__}")
+    return value
+
+
+def parse_version(value: str, field: str, supported_major: int) -> tuple[int, int]:
+    """Parse 'MAJOR.MINOR'; refuse an unknown major version."""
+    parts = value.split(".")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        raise SchemaError(field, f"expected 'MAJOR.MINOR', got {value!r}")
+    major, minor = int(parts[0]), int(parts[1])
+    if major != supported_major:
+        raise SchemaError(
+            field, f"unsupported major version {major} (this shardfeed reads {supported_major}.x)"
+        )
+    return major, minor

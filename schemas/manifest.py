@@ -1,0 +1,267 @@
+"""The shardfeed manifest at ``meta/shardfeed/manifest.json``: the record that makes a dataset complete.
+
+It lists every shard with its size, payload, rows, row groups, sha256 and global index range, every
+other file with its size and hash, reject counts, and provenance. It holds only content: no runner,
+host, time or destination, so the same input and content options give a byte-identical manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardfeed.schemas._strict import get, non_negative, parse_version, require_object
+from shardfeed.schemas.errors import SchemaError
+from shardfeed.schemas.paths import check_relative_path
+
+FORMAT_VERSION = "1.0"
+FORMAT_MAJOR = 1
+MANIFEST_PATH = "meta/shardfeed/manifest.json"
+ENCODINGS = ("parquet",)
+
+
+@dataclass(frozen=True)
+class ShardRecord:
+    """One data shard. ``row_groups`` lists rows per row group; indices are global, end exclusive."""
+
+    path: str
+    bytes: int
+    payload_bytes: int
+    rows: int
+    row_groups: tuple[int, ...]
+    sha256: str
+    index_start: int
+    index_end: int
+
+    def __post_init__(self) -> None:
+        if sum(self.row_groups) != self.rows:
+            raise SchemaError(
+                "row_groups",
+                f"{self.path}: row groups sum to {sum(self.row_groups)}, rows is {self.rows}",
+            )
+        if self.index_end - self.index_start != self.rows:
+            raise SchemaError(
+                "index_end", f"{self.path}: index range does not match rows={self.rows}"
+            )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "bytes": self.bytes,
+            "payload_bytes": self.payload_bytes,
+            "rows": self.rows,
+            "row_groups": list(self.row_groups),
+            "sha256": self.sha256,
+            "index_start": self.index_start,
+            "index_end": self.index_end,
+        }
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str) -> ShardRecord:
+        obj = require_object(obj, where)
+        path = check_relative_path(get(obj, "path", str, where), f"{where}.path")
+        row_groups = get(obj, "row_groups", list, where)
+        for i, n in enumerate(row_groups):
+            non_negative(
+                get({"n": n}, "n", int, f"{where}.row_groups[{i}]"), f"{where}.row_groups[{i}]"
+            )
+        sha = _sha256_field(get(obj, "sha256", str, where), f"{where}.sha256")
+        try:
+            return cls(
+                path=path,
+                bytes=non_negative(get(obj, "bytes", int, where), f"{where}.bytes"),
+                payload_bytes=non_negative(
+                    get(obj, "payload_bytes", int, where), f"{where}.payload_bytes"
+                ),
+                rows=non_negative(get(obj, "rows", int, where), f"{where}.rows"),
+                row_groups=tuple(row_groups),
+                sha256=sha,
+                index_start=non_negative(
+                    get(obj, "index_start", int, where), f"{where}.index_start"
+                ),
+                index_end=non_negative(get(obj, "index_end", int, where), f"{where}.index_end"),
+            )
+        except SchemaError as err:
+            raise err.within(where) from None
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    """A non-shard file the manifest vouches for (meta files, videos)."""
+
+    path: str
+    bytes: int
+    sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "bytes": self.bytes, "sha256": self.sha256}
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str) -> FileRecord:
+        obj = require_object(obj, where)
+        return cls(
+            path=check_relative_path(get(obj, "path", str, where), f"{where}.path"),
+            bytes=non_negative(get(obj, "bytes", int, where), f"{where}.bytes"),
+            sha256=_sha256_field(get(obj, "sha256", str, where), f"{where}.sha256"),
+        )
+
+
+@dataclass(frozen=True)
+class Rejects:
+    total: int = 0
+    by_reason: Mapping[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"total": self.total, "by_reason": dict(sorted(self.by_reason.items()))}
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str = "rejects") -> Rejects:
+        obj = require_object(obj, where)
+        total = non_negative(get(obj, "total", int, where), f"{where}.total")
+        by_reason = get(obj, "by_reason", dict, where)
+        for reason in by_reason:
+            non_negative(
+                get(by_reason, reason, int, f"{where}.by_reason"), f"{where}.by_reason.{reason}"
+            )
+        if sum(by_reason.values()) != total:
+            raise SchemaError(
+                f"{where}.total",
+                f"{total} does not equal the sum of by_reason ({sum(by_reason.values())})",
+            )
+        return cls(total=total, by_reason=dict(by_reason))
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where the data came from and the options that change its bytes (never runner details)."""
+
+    source: str
+    content_options: Mapping[str, Any]
+    shardfeed_version: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "content_options": dict(sorted(self.content_options.items())),
+            "shardfeed_version": self.shardfeed_version,
+        }
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str = "provenance") -> Provenance:
+        obj = require_object(obj, where)
+        return cls(
+            source=get(obj, "source", str, where),
+            content_options=get(obj, "content_options", dict, where),
+            shardfeed_version=get(obj, "shardfeed_version", str, where),
+        )
+
+
+@dataclass(frozen=True)
+class Manifest:
+    num_samples: int
+    fingerprint: str
+    shards: tuple[ShardRecord, ...]
+    files: tuple[FileRecord, ...]
+    rejects: Rejects
+    provenance: Provenance
+    encoding: str = "parquet"
+    format_version: str = FORMAT_VERSION
+
+    def __post_init__(self) -> None:
+        expected = 0
+        paths: set[str] = set()
+        for i, shard in enumerate(self.shards):
+            if shard.index_start != expected:
+                raise SchemaError(
+                    f"shards[{i}].index_start",
+                    f"expected {expected} (shards must tile 0..num_samples), got {shard.index_start}",
+                )
+            expected = shard.index_end
+            if shard.path in paths:
+                raise SchemaError(f"shards[{i}].path", f"duplicate path {shard.path!r}")
+            paths.add(shard.path)
+        if expected != self.num_samples:
+            raise SchemaError("num_samples", f"{self.num_samples} but shards cover {expected} rows")
+        for i, rec in enumerate(self.files):
+            if rec.path in paths:
+                raise SchemaError(f"files[{i}].path", f"duplicate path {rec.path!r}")
+            paths.add(rec.path)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format_version": self.format_version,
+            "encoding": self.encoding,
+            "num_samples": self.num_samples,
+            "fingerprint": self.fingerprint,
+            "shards": [s.to_json() for s in self.shards],
+            "files": [f.to_json() for f in self.files],
+            "rejects": self.rejects.to_json(),
+            "provenance": self.provenance.to_json(),
+        }
+
+    def dumps(self) -> str:
+        """Readable and diffable: one line per top-level key, one line per shard or file record."""
+        lines = []
+        for key, value in self.to_json().items():
+            if key in ("shards", "files"):
+                body = ",\n".join("  " + _compact(item) for item in value)
+                lines.append(f'  "{key}": [\n{body}\n  ]' if value else f'  "{key}": []')
+            else:
+                lines.append(f'  "{key}": {_compact(value)}')
+        return "{\n" + ",\n".join(lines) + "\n}\n"
+
+    @classmethod
+    def loads(cls, text: str | bytes, source: str = MANIFEST_PATH) -> Manifest:
+        try:
+            obj = json.loads(text)
+        except (ValueError, UnicodeDecodeError) as err:
+            raise SchemaError("<root>", f"not valid JSON ({err})", source=source) from None
+        try:
+            return cls.from_json(obj)
+        except SchemaError as err:
+            raise err.with_source(source) from None
+
+    @classmethod
+    def from_json(cls, obj: Any) -> Manifest:
+        obj = require_object(obj, "")
+        version = get(obj, "format_version", str, "")
+        parse_version(version, "format_version", FORMAT_MAJOR)
+        encoding = get(obj, "encoding", str, "")
+        if encoding not in ENCODINGS:
+            raise SchemaError(
+                "encoding", f"unknown shard encoding {encoding!r}; expected one of {ENCODINGS}"
+            )
+        shards = get(obj, "shards", list, "")
+        files = get(obj, "files", list, "")
+        return cls(
+            format_version=version,
+            encoding=encoding,
+            num_samples=non_negative(get(obj, "num_samples", int, ""), "num_samples"),
+            fingerprint=get(obj, "fingerprint", str, ""),
+            shards=tuple(ShardRecord.from_json(s, f"shards[{i}]") for i, s in enumerate(shards)),
+            files=tuple(FileRecord.from_json(f, f"files[{i}]") for i, f in enumerate(files)),
+            rejects=Rejects.from_json(get(obj, "rejects", dict, "")),
+            provenance=Provenance.from_json(get(obj, "provenance", dict, "")),
+        )
+
+
+def compute_fingerprint(shard_hashes: Sequence[str], content_options: Mapping[str, Any]) -> str:
+    """sha256 over the ordered shard hashes and the canonical JSON of the content options."""
+    digest = hashlib.sha256()
+    for sha in shard_hashes:
+        digest.update(sha.encode("ascii") + b"\n")
+    digest.update(json.dumps(dict(content_options), sort_keys=True, separators=(",", ":")).encode())
+    return "sha256:" + digest.hexdigest()
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
+def _sha256_field(value: str, field: str) -> str:
+    if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+        raise SchemaError(field, "expected 64 lowercase hex digits")
+    return value

@@ -1,0 +1,42 @@
+"""Relative paths inside a dataset: refuse anything that could escape the root."""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import unquote
+
+from shardfeed.schemas.errors import UnsafePathError
+
+
+def check_relative_path(path: str, field: str) -> str:
+    """Return ``path`` if it is a clean POSIX path relative to the dataset root, else raise.
+
+    Refused: empty, absolute (``/x``, ``C:\\x``), backslashes, ``.``/``..``/empty segments, NUL, and
+    percent-encoded forms of those (``%2e%2e``), which object stores would decode.
+    """
+    if not isinstance(path, str) or not path:
+        raise UnsafePathError(field, "path must be a non-empty string")
+    decoded = unquote(path)
+    for candidate in {path, decoded}:
+        if "\x00" in candidate or "\\" in candidate:
+            raise UnsafePathError(field, f"path {path!r} contains a NUL or backslash")
+        if candidate.startswith("/") or (len(candidate) > 1 and candidate[1] == ":"):
+            raise UnsafePathError(
+                field, f"path {path!r} is absolute; paths must be relative to the dataset root"
+            )
+        parts = candidate.split("/")
+        if any(part in ("", ".", "..") for part in parts):
+            raise UnsafePathError(
+                field, f"path {path!r} escapes or is not normalised ('..', '.' or empty segment)"
+            )
+    return path
+
+
+def resolve_within(root: str, path: str, field: str) -> str:
+    """Join a checked relative path to a local root and refuse it if symlinks lead outside the root."""
+    check_relative_path(path, field)
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(os.path.join(real_root, path))
+    if real != real_root and not real.startswith(real_root + os.sep):
+        raise UnsafePathError(field, f"path {path!r} resolves outside the dataset root (symlink?)")
+    return real

@@ -1,0 +1,50 @@
+"""Shared CLI plumbing: clean error reporting and a stderr progress line."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any, TextIO
+
+from shardfeed.schemas.units import format_size
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def fail(message: str, code: int = EXIT_FAILED) -> int:
+    print(f"shardfeed: error: {message}", file=sys.stderr)
+    return code
+
+
+def print_json(obj: Any, out: TextIO = sys.stdout) -> None:
+    out.write(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+
+
+class Progress:
+    """A one-line byte counter on stderr, only when stderr is a terminal (never in logs or pipes)."""
+
+    def __init__(self, total_bytes: int, label: str, stream: TextIO = sys.stderr) -> None:
+        self.total = total_bytes
+        self.label = label
+        self.done = 0
+        self.stream = stream
+        self.enabled = stream.isatty()
+        self._start = time.monotonic()
+        self._last = 0.0
+
+    def __call__(self, nbytes: int) -> None:
+        self.done += nbytes
+        now = time.monotonic()
+        if self.enabled and (now - self._last > 0.2 or self.done >= self.total):
+            self._last = now
+            rate = self.done / max(now - self._start, 1e-6)
+            pct = 100.0 * self.done / self.total if self.total else 100.0
+            self.stream.write(
+                f"\r{self.label}: {pct:5.1f}% {format_size(self.done)} / {format_size(self.total)} ({format_size(rate)}/s)"
+            )
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\n")

@@ -1,0 +1,85 @@
+"""``shardfeed inspect DATASET``: what a dataset holds and how well it is balanced."""
+
+from __future__ import annotations
+
+import argparse
+
+from shardfeed.cli._common import EXIT_OK, print_json
+from shardfeed.formats.reader import open_dataset
+from shardfeed.schemas.units import format_size
+from shardfeed.summary import dataset_summary
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "inspect",
+        help="summarise a dataset: samples, shards, sizes, balance, features, rejects",
+        description="Summarise a published dataset from its manifest and meta/info.json (no shard is read).",
+    )
+    parser.add_argument("dataset", help="dataset directory or URI (e.g. s3://bucket/ds)")
+    parser.add_argument(
+        "--json", action="store_true", help="print the summary, the shard list and balance as JSON"
+    )
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=10,
+        metavar="N",
+        help="list the first N shards in the table (default 10; 0 for none, -1 for all)",
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    with open_dataset(args.dataset) as ds:
+        summary = dataset_summary(ds.manifest, ds.info)
+        if args.json:
+            summary["shards"] = [s.to_json() for s in ds.manifest.shards]
+            print_json(summary)
+            return EXIT_OK
+        print(render(args.dataset, summary, ds.manifest.shards, args.shards))
+    return EXIT_OK
+
+
+def render(name: str, s: dict, shards, limit: int) -> str:
+    bal = s["balance"]
+    lines = [
+        f"dataset        {name}",
+        f"samples        {s['num_samples']:,}",
+        f"shards         {s['num_shards']:,} ({s['num_row_groups']:,} row groups, {s['encoding']})",
+        f"bytes          {format_size(s['bytes'])} on disk, {format_size(s['payload_bytes'])} payload",
+        f"compression    {s['compression_ratio']}x (payload / on disk)"
+        if s["compression_ratio"]
+        else "compression    n/a",
+        f"shard bytes    min {format_size(s['shard_bytes']['min'])}  mean {format_size(s['shard_bytes']['mean'])}  max {format_size(s['shard_bytes']['max'])}",
+        f"balance        bytes max/mean {bal['bytes_max_over_mean']:.4f}   payload max/mean {bal['payload_bytes_max_over_mean']:.4f}",
+        f"episodes       {s['episodes']:,}   tasks {s['tasks']:,}   fps {s['fps']}",
+        f"rejects        {s['rejects']['total']:,}"
+        + "".join(
+            f"\n  {reason:<20} {count:,}" for reason, count in s["rejects"]["by_reason"].items()
+        ),
+        f"fingerprint    {s['fingerprint']}",
+        f"source         {s['provenance']['source'] or '-'} (shardfeed {s['provenance']['shardfeed_version']})",
+        "",
+        "features",
+    ]
+    width = max((len(n) for n in s["features"]), default=4)
+    for fname, feat in s["features"].items():
+        note = "" if feat["stored"] else "  (in videos/, no data column)"
+        lines.append(f"  {fname:<{width}}  {feat['dtype']:<8} {feat['shape']}{note}")
+    shown = shards if limit < 0 else shards[:limit]
+    if shown:
+        lines += [
+            "",
+            f"shards (first {len(shown)} of {len(shards)})"
+            if len(shown) < len(shards)
+            else "shards",
+        ]
+        lines.append(
+            f"  {'path':<34} {'rows':>9} {'groups':>6} {'bytes':>11} {'payload':>11}  index range"
+        )
+        for rec in shown:
+            lines.append(
+                f"  {rec.path:<34} {rec.rows:>9,} {len(rec.row_groups):>6} {format_size(rec.bytes):>11} {format_size(rec.payload_bytes):>11}  [{rec.index_start}, {rec.index_end})"
+            )
+    return "\n".join(lines)

@@ -1,0 +1,48 @@
+"""The ``shardfeed`` command: a thin parser over library functions, one module per subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from shardfeed import __version__
+from shardfeed.cli import inspect_cmd, verify_cmd
+from shardfeed.cli._common import EXIT_FAILED, fail
+from shardfeed.schemas.errors import ShardfeedError
+
+COMMANDS = (inspect_cmd, verify_cmd)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="shardfeed",
+        description="Offline dataset sharding for GPU training: inspect and verify size-balanced, checksummed shards.",
+    )
+    parser.add_argument("--version", action="version", version=f"shardfeed {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for command in COMMANDS:
+        command.add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "run", None):
+        parser.print_help()
+        return 2
+    try:
+        return args.run(args)
+    except ShardfeedError as err:
+        return fail(str(err))
+    except (OSError, KeyError) as err:
+        return fail(f"{type(err).__name__}: {err}")
+    except KeyboardInterrupt:
+        return fail("interrupted", 130)
+    except BrokenPipeError:  # e.g. `shardfeed inspect ds | head`
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -6,6 +6,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+import pyarrow as pa
+
 from shardfeed import __version__
 from shardfeed.cli import inspect_cmd, verify_cmd
 from shardfeed.cli._common import EXIT_FAILED, fail
@@ -36,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.run(args)
     except ShardfeedError as err:
         return fail(str(err))
-    except (OSError, KeyError) as err:
+    except (OSError, KeyError, pa.ArrowException) as err:
         return fail(f"{type(err).__name__}: {err}")
     except KeyboardInterrupt:
         return fail("interrupted", 130)

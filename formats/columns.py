@@ -34,10 +34,7 @@ def to_table(data: TableLike, spec: FeatureSpec) -> pa.Table:
         if items and isinstance(items[0], pa.RecordBatch):
             table = pa.Table.from_batches(items)
         else:
-            columns = {
-                f.name: [row[f.name] if f.name in row else None for row in items]
-                for f in spec.stored
-            }
+            columns = {f.name: [row.get(f.name, None) for row in items] for f in spec.stored}
             table = pa.table({f.name: _column(columns, f) for f in spec.stored})
     return conform(table, spec, schema)
 
@@ -113,9 +110,5 @@ def column_to_numpy(column: pa.ChunkedArray | pa.Array, feature: Feature) -> np.
         )
         return flat.reshape((n, *feature.shape))
     if feature.dtype == "image":
-        return np.array(column.field("bytes").to_pylist() if n else [], dtype=object)
-    if feature.is_numeric:
-        return column.to_numpy(zero_copy_only=False)
-    out = np.empty(n, dtype=object)
-    out[:] = column.to_pylist()
-    return out
+        column = column.field("bytes")
+    return column.to_numpy(zero_copy_only=False)

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 from collections.abc import Mapping, Sequence
@@ -287,6 +288,6 @@ def write_dataset(
         else conform(data, writer.spec)
     )
     cuts = plan_shard_cuts(table, target, writer.episodic)
-    for a, b in zip(cuts, cuts[1:], strict=False):
+    for a, b in itertools.pairwise(cuts):
         writer.add_shard(table.slice(a, b - a))
     return writer.finalize(rejects)

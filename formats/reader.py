@@ -121,7 +121,7 @@ class Dataset:
         idx = np.where(idx < 0, idx + len(self), idx)
         order = np.argsort(idx, kind="stable")
         sorted_idx = idx[order]
-        pieces, positions = [], []
+        pieces = []
         shard_of = np.searchsorted(self._starts, sorted_idx, side="right") - 1
         for shard in np.unique(shard_of).tolist():
             rows = sorted_idx[shard_of == shard] - self._starts[shard]
@@ -173,28 +173,32 @@ class Dataset:
         starts = self._group_starts[shard]
         first = bisect.bisect_right(starts, lo) - 1
         last = bisect.bisect_right(starts, hi - 1) - 1
-        table = self._read_groups(shard, list(range(first, last + 1)), names)
-        return table.slice(lo - starts[first], hi - lo)
+        if first == last:
+            return self._group(shard, first, names).slice(lo - starts[first], hi - lo)
+        # whole groups go through the small cache, so sequential reads decode each group once
+        pieces = [self._group(shard, g, names) for g in range(first, last + 1)]
+        return pa.concat_tables(pieces).slice(lo - starts[first], hi - lo)
+
+    def _group(self, shard: int, group: int, names: list[str]) -> pa.Table:
+        key = (shard, group, tuple(names))
+        cached = self._cache.get(key)
+        if cached is not None:
+            self._cache.move_to_end(key)
+            return cached
+        table = self._read_groups(shard, [group], names)
+        self._cache[key] = table
+        if len(self._cache) > _ROW_GROUP_CACHE:
+            self._cache.popitem(last=False)
+        return table
 
     def _read_groups(self, shard: int, groups: list[int], names: list[str]) -> pa.Table:
-        if len(groups) == 1:
-            key = (shard, groups[0], tuple(names))
-            cached = self._cache.get(key)
-            if cached is not None:
-                self._cache.move_to_end(key)
-                return cached
         shard_file = self._open(shard)
         try:
-            table = shard_file.read_row_groups(groups, names)
+            return shard_file.read_row_groups(groups, names)
         except (OSError, pa.ArrowException) as err:
             raise CorruptShardError(
                 f"{self.shards[shard].path}: cannot read row groups {groups}: {err}"
             ) from None
-        if len(groups) == 1:
-            self._cache[key] = table
-            if len(self._cache) > _ROW_GROUP_CACHE:
-                self._cache.popitem(last=False)
-        return table
 
     def _open(self, shard: int) -> ShardFile:
         found = self._files.get(shard)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 from typing import BinaryIO
 
@@ -76,7 +77,7 @@ def write_shard(
     codec = get_encoding(encoding) if isinstance(encoding, str) else encoding
     cuts = row_group_cuts(table, row_group_bytes)
     # combine chunks so page boundaries never depend on how the caller's batches were cut
-    groups = [table.slice(a, b - a).combine_chunks() for a, b in zip(cuts, cuts[1:], strict=False)]
+    groups = [table.slice(a, b - a).combine_chunks() for a, b in itertools.pairwise(cuts)]
     with atomic_open(os.path.join(root, rel_path)) as raw:
         sink = _HashingSink(raw)
         codec.write(sink, table.schema, groups, spec)

@@ -17,6 +17,12 @@ import numpy as np
 QUANTILES: dict[str, float] = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
 STAT_KEYS = ("min", "max", "mean", "std", "count", *QUANTILES)
 DEFAULT_SKETCH_SIZE = 2048
+SKETCH_VALUES_BUDGET = 1 << 22  # float64 values per sketch level: 32 MiB, whatever the tensor width
+
+
+def sketch_size_for(width: int) -> int:
+    """Values kept per element and level: 2048 for small features, fewer for wide tensors."""
+    return int(min(DEFAULT_SKETCH_SIZE, max(64, SKETCH_VALUES_BUDGET // max(1, width))))
 
 
 @dataclass
@@ -25,7 +31,7 @@ class FeatureStats:
 
     shape: tuple[int, ...]
     integer: bool = False
-    sketch_size: int = DEFAULT_SKETCH_SIZE
+    sketch_size: int = 0  # 0 picks sketch_size_for(width)
     count: int = 0
     _mean: np.ndarray | None = None
     _m2: np.ndarray | None = None
@@ -33,6 +39,10 @@ class FeatureStats:
     _max: np.ndarray | None = None
     _levels: list[np.ndarray] = field(default_factory=list)
     _parity: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.sketch_size <= 0:
+            self.sketch_size = sketch_size_for(self.width)
 
     @property
     def width(self) -> int:

@@ -88,7 +88,7 @@ class Info:
         if version != CODEBASE_VERSION:
             raise SchemaError("codebase_version", f"expected {CODEBASE_VERSION!r}, got {version!r}")
         splits = get(obj, "splits", dict, "", optional=True, default={})
-        for name, value in splits.items():
+        for name in splits:
             get(splits, name, str, "splits")
         return cls(
             features=FeatureSpec.from_json(get(obj, "features", dict, "")),

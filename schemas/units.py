@@ -38,7 +38,7 @@ def parse_size(text: str | int) -> int:
         raise ValueError(
             f"invalid size unit {unit!r} in {text!r}: use B, KB, MB, GB, TB, PB or KiB, MiB, GiB, TiB, PiB"
         )
-    return int(round(float(number) * factor))
+    return round(float(number) * factor)
 
 
 def format_size(num_bytes: int | float) -> str:

@@ -19,7 +19,7 @@ from shardfeed import __version__
 from shardfeed.formats.atomic import atomic_write_bytes
 from shardfeed.formats.columns import TableLike, column_to_numpy, conform, to_table
 from shardfeed.formats.encoding import get_encoding
-from shardfeed.formats.layout import LISTED_DIRS, chunk_file_index, data_path, episodes_path
+from shardfeed.formats.layout import DATASET_DIRS, chunk_file_index, data_path, episodes_path
 from shardfeed.formats.meta_writer import (
     EpisodeRecord,
     episodes_table,
@@ -106,7 +106,7 @@ class DatasetWriter:
             # the manifest goes first, so an interrupted overwrite never looks complete
             if os.path.exists(manifest):
                 os.unlink(manifest)
-            for name in LISTED_DIRS:
+            for name in DATASET_DIRS:
                 shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
         os.makedirs(self.root, exist_ok=True)
 

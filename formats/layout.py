@@ -9,8 +9,10 @@ STATS_PATH = "meta/stats.json"
 TASKS_PATH = "meta/tasks.parquet"
 EPISODES_PATH = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 SHARDFEED_META_DIR = "meta/shardfeed"
-#: Directories whose every file must be listed in the manifest.
-LISTED_DIRS = ("data", "videos", "meta")
+#: Directories whose every file must be listed in the manifest (``verify`` flags any other file).
+LISTED_DIRS = ("data", "videos")
+#: Everything a dataset writer owns; ``--overwrite`` clears these (manifest first).
+DATASET_DIRS = ("data", "videos", "meta")
 
 
 def chunk_file_index(number: int, chunks_size: int = DEFAULT_CHUNKS_SIZE) -> tuple[int, int]:

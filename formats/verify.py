@@ -1,10 +1,11 @@
 """Verify a dataset against its manifest: every listed file's size and sha256, shard row counts,
-and no unlisted files under ``data/``, ``videos/`` or ``meta/``."""
+no unlisted files under ``data/`` or ``videos/``, and no temporary leftovers anywhere."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import posixpath
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -103,10 +104,15 @@ def verify_location(
             if rel not in listed:
                 what = (
                     "leftover temporary file"
-                    if is_temp_name(rel.rsplit("/", 1)[-1])
+                    if is_temp_name(posixpath.basename(rel))
                     else "file not listed in the manifest"
                 )
                 report.problems.append(Problem(rel, "extra", what))
+    # meta/ may gain files after publication (assignments, hot index) that carry their own records,
+    # but a temporary leftover there is always a sign of an interrupted write
+    for rel in location.list_files("meta"):
+        if is_temp_name(posixpath.basename(rel)):
+            report.problems.append(Problem(rel, "extra", "leftover temporary file"))
     return report
 
 

@@ -18,7 +18,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="check every shard and metadata file against the manifest (sha256, size, rows, extras)",
         description=(
             "Recompute sha256 and sizes of every file the manifest lists, check shard row counts, and "
-            "flag unlisted files under data/, videos/ and meta/. Exit 0 when all match, 1 otherwise."
+            "flag unlisted files under data/ and videos/ and temporary leftovers anywhere. Exit 0 when all match, 1 otherwise."
         ),
     )
     parser.add_argument("dataset", help="dataset directory or URI")

@@ -78,7 +78,7 @@ def test_uri_with_endpoint_needs_no_filesystem_object(s3, local_dataset, monkeyp
     fs, endpoint = s3
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    root, data = local_dataset
+    root, _data = local_dataset
     _upload(fs, root, "uri")
     uri = f"s3://bucket/uri?endpoint_override={endpoint}&scheme=http&region=us-east-1"
     ds = open_dataset(uri)

@@ -17,19 +17,19 @@ def fail(message: str, code: int = EXIT_FAILED) -> int:
     return code
 
 
-def print_json(obj: Any, out: TextIO = sys.stdout) -> None:
-    out.write(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+def print_json(obj: Any, out: TextIO | None = None) -> None:
+    (out or sys.stdout).write(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
 
 
 class Progress:
     """A one-line byte counter on stderr, only when stderr is a terminal (never in logs or pipes)."""
 
-    def __init__(self, total_bytes: int, label: str, stream: TextIO = sys.stderr) -> None:
+    def __init__(self, total_bytes: int, label: str, stream: TextIO | None = None) -> None:
         self.total = total_bytes
         self.label = label
         self.done = 0
-        self.stream = stream
-        self.enabled = stream.isatty()
+        self.stream = stream or sys.stderr
+        self.enabled = self.stream.isatty()
         self._start = time.monotonic()
         self._last = 0.0
 

@@ -15,9 +15,14 @@ def num_parts_for(total_bytes: int, target_bytes: int) -> int:
 def contiguous_cuts(sizes: np.ndarray, num_parts: int) -> list[int]:
     """Return boundaries ``[0, b1, ..., len(sizes)]`` splitting items, in order, into ``num_parts``.
 
-    Each cut is placed at the item boundary nearest the ideal ``k * total / num_parts``, so a part
-    deviates from the mean by at most one item. Items are never split (an item may be an episode).
+    Items are never split (an item may be a whole episode). Two cut sets are computed and the one
+    with the lower max/mean is kept:
+    - nearest: each cut at the item boundary nearest ``k * total / num_parts``, so every part is
+      within one item of the mean; best when items are small;
+    - min-max: the smallest cap ``C`` such that greedy packing fits in ``num_parts`` parts
+      (binary search), best when items are large relative to a part.
     Empty parts are dropped, so fewer parts come back when there are fewer items than parts.
+    Cost is O(num_parts * log(n) * log(total)) after one cumulative sum; no per-item Python loop.
     """
     sizes = np.asarray(sizes, dtype=np.int64)
     n = len(sizes)
@@ -26,10 +31,45 @@ def contiguous_cuts(sizes: np.ndarray, num_parts: int) -> list[int]:
     if num_parts < 1:
         raise ValueError(f"num_parts must be >= 1, got {num_parts}")
     cum = np.concatenate([[0], np.cumsum(sizes)])
-    total = int(cum[-1])
-    ideal = np.arange(1, num_parts) * (total / num_parts)
+    candidates = [_nearest_cuts(cum, num_parts), _min_max_cuts(cum, num_parts)]
+    return min(candidates, key=lambda cuts: (_max_over_mean(cum, cuts), cuts))
+
+
+def _nearest_cuts(cum: np.ndarray, num_parts: int) -> list[int]:
+    n = len(cum) - 1
+    ideal = np.arange(1, num_parts) * (cum[-1] / num_parts)
     right = np.searchsorted(cum, ideal, side="left").clip(1, n)
     left = right - 1
     pick = np.where(np.abs(cum[left] - ideal) <= np.abs(cum[right] - ideal), left, right)
-    cuts = sorted({0, n, *(int(p) for p in pick)})
+    return sorted({0, n, *(int(p) for p in pick)})
+
+
+def _greedy(cum: np.ndarray, cap: int, limit: int) -> list[int] | None:
+    """Pack items left to right into parts of at most ``cap``; None if more than ``limit`` parts."""
+    n = len(cum) - 1
+    cuts, start = [0], 0
+    while start < n:
+        end = int(np.searchsorted(cum, cum[start] + cap, side="right")) - 1
+        end = max(end, start + 1)  # an item larger than the cap gets a part of its own
+        cuts.append(end)
+        start = end
+        if len(cuts) - 1 > limit:
+            return None
     return cuts
+
+
+def _min_max_cuts(cum: np.ndarray, num_parts: int) -> list[int]:
+    sizes = np.diff(cum)
+    lo, hi = max(int(sizes.max()), int(np.ceil(cum[-1] / num_parts))), int(cum[-1])
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _greedy(cum, mid, num_parts) is None:
+            lo = mid + 1
+        else:
+            hi = mid
+    return _greedy(cum, lo, num_parts) or [0, len(cum) - 1]
+
+
+def _max_over_mean(cum: np.ndarray, cuts: list[int]) -> float:
+    parts = np.diff(cum[cuts])
+    return float(parts.max() / parts.mean()) if len(parts) and parts.mean() > 0 else 1.0

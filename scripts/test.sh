@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Lint and test: bash scripts/test.sh [--full] [pytest args...]
+#
+#   --full   also run the long loops (sets SHARDFEED_FULL=1; not passed to pytest)
+#
+# Uses .venv (created if missing) with the [dev] extra installed. Sets SHARDFEED_CORPORA to
+# ../shared/corpora when that folder exists and the variable is not already set.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+VENV=.venv
+PYTEST_ARGS=()
+for arg in "$@"; do
+    if [[ "$arg" == "--full" ]]; then
+        export SHARDFEED_FULL=1
+    else
+        PYTEST_ARGS+=("$arg")
+    fi
+done
+
+if [[ ! -x "$VENV/bin/python" ]]; then
+    echo "test.sh: creating $VENV"
+    python3 -m venv "$VENV"
+fi
+# Reinstall only when pyproject.toml changed since the last install (the install is editable, so
+# code changes need none). setuptools>=69 and wheel let tests/test_packaging.py build the wheel
+# without build isolation. pip may warn that a configured index or --find-links "Location ... is
+# ignored"; that is harmless.
+STAMP="$VENV/.shardfeed-dev-install"
+WANT="$(cat pyproject.toml scripts/test.sh | sha256sum | cut -d' ' -f1)"
+if [[ "$(cat "$STAMP" 2>/dev/null || true)" != "$WANT" ]]; then
+    echo "test.sh: installing -e '.[dev]' into $VENV"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+        -e '.[dev]' 'setuptools>=69' wheel 2>&1 \
+        | { grep -v "Location .* is ignored" || true; } >&2
+    echo "$WANT" >"$STAMP"
+fi
+
+if [[ -z "${SHARDFEED_CORPORA:-}" && -d ../shared/corpora ]]; then
+    SHARDFEED_CORPORA="$(cd ../shared/corpora && pwd)"
+    export SHARDFEED_CORPORA
+fi
+
+export PATH="$PWD/$VENV/bin:$PATH"
+echo "test.sh: ruff check"
+ruff check .
+echo "test.sh: ruff format --check"
+ruff format --check .
+echo "test.sh: pytest ${PYTEST_ARGS[*]:-}"
+exec python -m pytest ${PYTEST_ARGS[@]+"${PYTEST_ARGS[@]}"}

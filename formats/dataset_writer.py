@@ -134,17 +134,19 @@ class DatasetWriter:
             encoding=self.encoding,
         )
         self._shards.append(record)
-        arrays = {
-            f.name: column_to_numpy(table.column(f.name), f) for f in _stats_features(self.spec)
+        columns = {
+            f.name: _valid_values(table.column(f.name), f) for f in _stats_features(self.spec)
         }
         self._shard_stats.append(
             {
-                f.name: FeatureStats(f.shape, integer=_integer(f)).add(arrays[f.name])
-                for f in _stats_features(self.spec)
+                name: FeatureStats(self.spec[name].shape, integer=_integer(self.spec[name])).add(
+                    values
+                )
+                for name, (values, _) in columns.items()
             }
         )
         if self.episodic:
-            self._add_episodes(table, arrays, number, start)
+            self._add_episodes(columns, number, start)
         return record
 
     def encoding_template(self) -> str:
@@ -160,13 +162,16 @@ class DatasetWriter:
             )
 
     def _add_episodes(
-        self, table: pa.Table, arrays: dict[str, np.ndarray], number: int, start: int
+        self, columns: dict[str, tuple[np.ndarray, np.ndarray | None]], number: int, start: int
     ) -> None:
-        episode_ids = arrays["episode_index"].reshape(-1)
+        for required in ("episode_index", "task_index"):
+            if required in columns and columns[required][1] is not None:
+                raise ShardfeedError(f"'{required}' has nulls; every frame needs one")
+        episode_ids = columns["episode_index"][0].reshape(-1)
         chunk, file = chunk_file_index(number)
         run_starts = np.flatnonzero(np.r_[True, episode_ids[1:] != episode_ids[:-1]])
         run_ends = np.r_[run_starts[1:], len(episode_ids)]
-        task_ids = arrays["task_index"].reshape(-1) if "task_index" in arrays else None
+        task_ids = columns["task_index"][0].reshape(-1) if "task_index" in columns else None
         for a, b in zip(run_starts.tolist(), run_ends.tolist(), strict=True):
             ep = int(episode_ids[a])
             if ep in self._episodes:
@@ -183,9 +188,9 @@ class DatasetWriter:
                     tasks.append(self.tasks[t])
             stats = {
                 name: FeatureStats(self.spec[name].shape, integer=_integer(self.spec[name])).add(
-                    values[a:b]
+                    _rows(values, positions, a, b)
                 )
-                for name, values in arrays.items()
+                for name, (values, positions) in columns.items()
             }
             self._episodes[ep] = EpisodeRecord(ep, chunk, file, start + a, start + b, tasks, stats)
 
@@ -205,7 +210,9 @@ class DatasetWriter:
         files.sort(key=lambda r: r.path)
         manifest = Manifest(
             num_samples=self.num_samples,
-            fingerprint=compute_fingerprint([s.sha256 for s in self._shards], self.content_options),
+            fingerprint=compute_fingerprint(
+                [s.sha256 for s in self._shards], self.content_options, files
+            ),
             shards=tuple(self._shards),
             files=tuple(files),
             rejects=rejects or Rejects(),
@@ -230,6 +237,23 @@ class DatasetWriter:
             video_path=DEFAULT_VIDEO_PATH if has_video else None,
             data_files_size_in_mb=max(1, round(self.target_shard_bytes / 10**6)),
         )
+
+
+def _valid_values(
+    column: pa.ChunkedArray, feature: Feature
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Non-null values for stats, and the row positions they came from (None when no nulls)."""
+    if column.null_count == 0:
+        return column_to_numpy(column, feature), None
+    valid = column.is_valid().to_numpy(zero_copy_only=False)
+    return column_to_numpy(column.filter(valid), feature), np.flatnonzero(valid)
+
+
+def _rows(values: np.ndarray, positions: np.ndarray | None, a: int, b: int) -> np.ndarray:
+    """The values of rows ``[a, b)``, skipping null rows."""
+    if positions is None:
+        return values[a:b]
+    return values[np.searchsorted(positions, a) : np.searchsorted(positions, b)]
 
 
 def _integer(feature: Feature) -> bool:
@@ -279,7 +303,11 @@ def write_dataset(
         target_shard_bytes=target,
         row_group_bytes=parse_size(row_group_size),
         source=source,
-        content_options={"target_shard_size": target, **(content_options or {})},
+        content_options={
+            "target_shard_size": target,
+            "row_group_size": parse_size(row_group_size),
+            **(content_options or {}),
+        },
         overwrite=overwrite,
     )
     table = (

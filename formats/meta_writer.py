@@ -146,11 +146,9 @@ def episodes_table(
             if key == "count":
                 atype: pa.DataType = pa.list_(pa.int64())
             else:
-                leaf = (
-                    pa.int64()
-                    if key in ("min", "max") and _is_integer(feature.dtype)
-                    else pa.float64()
-                )
+                leaf = pa.float64()
+                if key in ("min", "max") and _is_integer(feature.dtype):
+                    leaf = pa.uint64() if feature.dtype == "uint64" else pa.int64()
                 atype = leaf
                 for _ in range(depth):
                     atype = pa.list_(atype)

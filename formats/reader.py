@@ -195,7 +195,7 @@ class Dataset:
         shard_file = self._open(shard)
         try:
             return shard_file.read_row_groups(groups, names)
-        except (OSError, pa.ArrowException) as err:
+        except (OSError, ValueError, pa.ArrowException) as err:
             raise CorruptShardError(
                 f"{self.shards[shard].path}: cannot read row groups {groups}: {err}"
             ) from None
@@ -220,7 +220,7 @@ class Dataset:
             self._handles[shard] = source
         try:
             shard_file = self._encoding.open(source)
-        except (OSError, pa.ArrowException) as err:
+        except (OSError, ValueError, pa.ArrowException) as err:
             raise CorruptShardError(f"{record.path}: unreadable shard footer: {err}") from None
         if (
             shard_file.num_rows != record.rows

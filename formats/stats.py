@@ -56,8 +56,11 @@ class FeatureStats:
         data = flat.astype(np.float64)
         batch = FeatureStats(self.shape, self.integer, self.sketch_size)
         batch.count = len(flat)
-        batch._mean = data.mean(axis=0)
-        batch._m2 = ((data - batch._mean) ** 2).sum(axis=0)
+        with np.errstate(
+            invalid="ignore", over="ignore"
+        ):  # NaN/inf inputs give NaN stats, by design
+            batch._mean = data.mean(axis=0)
+            batch._m2 = ((data - batch._mean) ** 2).sum(axis=0)
         batch._min = flat.min(axis=0)
         batch._max = flat.max(axis=0)
         batch._levels = [data]
@@ -77,9 +80,10 @@ class FeatureStats:
             return self
         n_a, n_b = self.count, other.count
         n = n_a + n_b
-        delta = other._mean - self._mean
-        self._mean = self._mean + delta * (n_b / n)
-        self._m2 = self._m2 + other._m2 + delta**2 * (n_a * n_b / n)
+        with np.errstate(invalid="ignore", over="ignore"):
+            delta = other._mean - self._mean
+            self._mean = self._mean + delta * (n_b / n)
+            self._m2 = self._m2 + other._m2 + delta**2 * (n_a * n_b / n)
         self._min = np.minimum(self._min, other._min)
         self._max = np.maximum(self._max, other._max)
         self.count = n
@@ -130,14 +134,21 @@ class FeatureStats:
             raise ValueError("no values were added")
 
         def shaped(arr: np.ndarray) -> Any:
-            return np.asarray(arr).reshape(self.shape).tolist()
+            return _finite_or_none(np.asarray(arr).reshape(self.shape).tolist())
 
-        cast = (lambda a: a.astype(np.int64)) if self.integer else (lambda a: a.astype(np.float64))
+        # integers keep their own dtype (tolist gives exact Python ints, uint64 included)
+        cast = (
+            (lambda a: a.astype(np.int64) if a.dtype == np.bool_ else a)
+            if self.integer
+            else (lambda a: a.astype(np.float64))
+        )
+        with np.errstate(invalid="ignore"):
+            std = np.sqrt(self._m2 / self.count)
         out: dict[str, Any] = {
             "min": shaped(cast(self._min)),
             "max": shaped(cast(self._max)),
             "mean": shaped(self._mean),
-            "std": shaped(np.sqrt(self._m2 / self.count)),
+            "std": shaped(std),
             "count": [self.count],
         }
         for key, q in QUANTILES.items():
@@ -154,3 +165,12 @@ def merge_all(parts: list[Mapping[str, FeatureStats]]) -> dict[str, FeatureStats
                 merged[name] = FeatureStats(stats.shape, stats.integer, stats.sketch_size)
             merged[name].merge(stats)
     return merged
+
+
+def _finite_or_none(value: Any) -> Any:
+    """Replace NaN and infinities (from NaN/inf inputs) with None: JSON has no token for them."""
+    if isinstance(value, list):
+        return [_finite_or_none(v) for v in value]
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    return value

@@ -162,7 +162,7 @@ def _check_rows(location: Location, shard, encoding, report: VerifyReport) -> No
         source = location.path(shard.path) if location.is_local else location.open_input(shard.path)
         opened = encoding.open(source)
         rows, groups = opened.num_rows, tuple(opened.row_group_rows)
-    except (OSError, pa.ArrowException) as err:
+    except (OSError, ValueError, pa.ArrowException) as err:
         report.problems.append(Problem(shard.path, "unreadable", str(err)))
         return
     if rows != shard.rows or groups != shard.row_groups:

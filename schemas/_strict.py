@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from shardfeed.schemas.errors import SchemaError
 
+_VERSION_RE = re.compile(r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)", re.ASCII)
 _TYPE_NAMES = {
     int: "integer",
     float: "number",
@@ -51,6 +53,18 @@ def get(
     return value
 
 
+def count(obj: dict[str, Any], key: str, where: str) -> int:
+    """A required non-negative integer field."""
+    return non_negative(get(obj, key, int, where), f"{where}.{key}" if where else key)
+
+
+def item_count(value: Any, field: str) -> int:
+    """A non-negative integer array element."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SchemaError(field, f"expected integer, got {type(value).__name__} {value!r:.60}")
+    return non_negative(value, field)
+
+
 def non_negative(value: int, field: str) -> int:
     if value < 0:
         raise SchemaError(field, f"must be >= 0, got {value}")
@@ -65,10 +79,10 @@ def require_object(value: Any, field: str) -> dict[str, Any]:
 
 def parse_version(value: str, field: str, supported_major: int) -> tuple[int, int]:
     """Parse 'MAJOR.MINOR'; refuse an unknown major version."""
-    parts = value.split(".")
-    if len(parts) != 2 or not all(p.isdigit() for p in parts):
-        raise SchemaError(field, f"expected 'MAJOR.MINOR', got {value!r}")
-    major, minor = int(parts[0]), int(parts[1])
+    match = _VERSION_RE.fullmatch(value)
+    if match is None:
+        raise SchemaError(field, f"expected 'MAJOR.MINOR' in ASCII digits, got {value!r:.40}")
+    major, minor = int(match.group(1)), int(match.group(2))
     if major != supported_major:
         raise SchemaError(
             field, f"unsupported major version {major} (this shardfeed reads {supported_major}.x)"

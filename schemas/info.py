@@ -9,6 +9,7 @@ from typing import Any
 from shardfeed.schemas._strict import get, non_negative, require_object
 from shardfeed.schemas.errors import SchemaError
 from shardfeed.schemas.features import FeatureSpec
+from shardfeed.schemas.paths import check_relative_path
 
 CODEBASE_VERSION = "v3.0"
 DEFAULT_CHUNKS_SIZE = 1000
@@ -52,6 +53,20 @@ class Info:
     data_files_size_in_mb: int = DEFAULT_DATA_FILES_SIZE_IN_MB
     video_files_size_in_mb: int = DEFAULT_VIDEO_FILES_SIZE_IN_MB
     codebase_version: str = CODEBASE_VERSION
+
+    def __post_init__(self) -> None:
+        if self.chunks_size < 1:
+            raise SchemaError("chunks_size", f"must be >= 1, got {self.chunks_size}")
+        if self.fps < 0:
+            raise SchemaError("fps", f"must be >= 0 (0 means not a time series), got {self.fps}")
+        for name in ("data_files_size_in_mb", "video_files_size_in_mb"):
+            if getattr(self, name) <= 0:
+                raise SchemaError(name, f"must be > 0, got {getattr(self, name)}")
+        _check_template("data_path", self.data_path, ("{chunk_index", "{file_index"))
+        if self.video_path is not None:
+            _check_template(
+                "video_path", self.video_path, ("{video_key", "{chunk_index", "{file_index")
+            )
 
     def to_json(self) -> dict[str, Any]:
         values = {
@@ -119,3 +134,11 @@ class Info:
             ),
             codebase_version=version,
         )
+
+
+def _check_template(field: str, template: str, placeholders: tuple[str, ...]) -> None:
+    """A path template must be a safe relative path naming every placeholder it needs."""
+    missing = [p + "}" for p in placeholders if p not in template]
+    if missing:
+        raise SchemaError(field, f"template {template!r} lacks {missing}")
+    check_relative_path(template, field)

@@ -13,7 +13,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardfeed.schemas._strict import get, non_negative, parse_version, require_object
+from shardfeed.schemas._strict import (
+    count,
+    get,
+    item_count,
+    non_negative,
+    parse_version,
+    require_object,
+)
 from shardfeed.schemas.errors import SchemaError
 from shardfeed.schemas.paths import check_relative_path
 
@@ -62,29 +69,22 @@ class ShardRecord:
     @classmethod
     def from_json(cls, obj: Any, where: str) -> ShardRecord:
         obj = require_object(obj, where)
-        path = check_relative_path(get(obj, "path", str, where), f"{where}.path")
-        row_groups = get(obj, "row_groups", list, where)
-        for i, n in enumerate(row_groups):
-            non_negative(
-                get({"n": n}, "n", int, f"{where}.row_groups[{i}]"), f"{where}.row_groups[{i}]"
-            )
-        sha = _sha256_field(get(obj, "sha256", str, where), f"{where}.sha256")
+        values = {
+            "path": check_relative_path(get(obj, "path", str, where), f"{where}.path"),
+            "bytes": count(obj, "bytes", where),
+            "payload_bytes": count(obj, "payload_bytes", where),
+            "rows": count(obj, "rows", where),
+            "row_groups": tuple(
+                item_count(n, f"{where}.row_groups[{i}]")
+                for i, n in enumerate(get(obj, "row_groups", list, where))
+            ),
+            "sha256": _sha256_field(get(obj, "sha256", str, where), f"{where}.sha256"),
+            "index_start": count(obj, "index_start", where),
+            "index_end": count(obj, "index_end", where),
+        }
         try:
-            return cls(
-                path=path,
-                bytes=non_negative(get(obj, "bytes", int, where), f"{where}.bytes"),
-                payload_bytes=non_negative(
-                    get(obj, "payload_bytes", int, where), f"{where}.payload_bytes"
-                ),
-                rows=non_negative(get(obj, "rows", int, where), f"{where}.rows"),
-                row_groups=tuple(row_groups),
-                sha256=sha,
-                index_start=non_negative(
-                    get(obj, "index_start", int, where), f"{where}.index_start"
-                ),
-                index_end=non_negative(get(obj, "index_end", int, where), f"{where}.index_end"),
-            )
-        except SchemaError as err:
+            return cls(**values)
+        except SchemaError as err:  # cross-field checks name the field relative to the record
             raise err.within(where) from None
 
 
@@ -145,7 +145,7 @@ class Provenance:
     def to_json(self) -> dict[str, Any]:
         return {
             "source": self.source,
-            "content_options": dict(sorted(self.content_options.items())),
+            "content_options": json.loads(canonical_json(dict(self.content_options))),
             "shardfeed_version": self.shardfeed_version,
         }
 
@@ -240,7 +240,7 @@ class Manifest:
             format_version=version,
             encoding=encoding,
             num_samples=non_negative(get(obj, "num_samples", int, ""), "num_samples"),
-            fingerprint=get(obj, "fingerprint", str, ""),
+            fingerprint=_fingerprint_field(get(obj, "fingerprint", str, "")),
             shards=tuple(ShardRecord.from_json(s, f"shards[{i}]") for i, s in enumerate(shards)),
             files=tuple(FileRecord.from_json(f, f"files[{i}]") for i, f in enumerate(files)),
             rejects=Rejects.from_json(get(obj, "rejects", dict, "")),
@@ -248,13 +248,32 @@ class Manifest:
         )
 
 
-def compute_fingerprint(shard_hashes: Sequence[str], content_options: Mapping[str, Any]) -> str:
-    """sha256 over the ordered shard hashes and the canonical JSON of the content options."""
+def compute_fingerprint(
+    shard_hashes: Sequence[str],
+    content_options: Mapping[str, Any],
+    files: Sequence[FileRecord] = (),
+) -> str:
+    """sha256 over the ordered shard hashes, the canonical JSON of the content options, and the
+    ``(path, sha256)`` of each listed metadata file, so any change to content changes it."""
     digest = hashlib.sha256()
     for sha in shard_hashes:
         digest.update(sha.encode("ascii") + b"\n")
-    digest.update(json.dumps(dict(content_options), sort_keys=True, separators=(",", ":")).encode())
+    digest.update(canonical_json(content_options).encode())
+    for record in sorted(files, key=lambda r: r.path):
+        digest.update(f"\n{record.path}\t{record.sha256}".encode())
     return "sha256:" + digest.hexdigest()
+
+
+def canonical_json(value: Any) -> str:
+    """Compact JSON with keys sorted at every depth: equal values give equal bytes."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _fingerprint_field(value: str) -> str:
+    if not value.startswith("sha256:"):
+        raise SchemaError("fingerprint", f"expected 'sha256:' and 64 hex digits, got {value!r:.40}")
+    _sha256_field(value[len("sha256:") :], "fingerprint")
+    return value
 
 
 def _compact(value: Any) -> str:

@@ -21,7 +21,7 @@ def contiguous_cuts(sizes: np.ndarray, num_parts: int) -> list[int]:
       within one item of the mean; best when items are small;
     - min-max: the smallest cap ``C`` such that greedy packing fits in ``num_parts`` parts
       (binary search), best when items are large relative to a part.
-    Empty parts are dropped, so fewer parts come back when there are fewer items than parts.
+    Exactly ``min(num_parts, len(sizes))`` non-empty parts come back.
     Cost is O(num_parts * log(n) * log(total)) after one cumulative sum; no per-item Python loop.
     """
     sizes = np.asarray(sizes, dtype=np.int64)
@@ -32,7 +32,7 @@ def contiguous_cuts(sizes: np.ndarray, num_parts: int) -> list[int]:
         raise ValueError(f"num_parts must be >= 1, got {num_parts}")
     cum = np.concatenate([[0], np.cumsum(sizes)])
     candidates = [_nearest_cuts(cum, num_parts), _min_max_cuts(cum, num_parts)]
-    return min(candidates, key=lambda cuts: (_max_over_mean(cum, cuts), cuts))
+    return min(candidates, key=lambda cuts: _imbalance(cum, cuts))
 
 
 def _nearest_cuts(cum: np.ndarray, num_parts: int) -> list[int]:
@@ -67,9 +67,28 @@ def _min_max_cuts(cum: np.ndarray, num_parts: int) -> list[int]:
             lo = mid + 1
         else:
             hi = mid
-    return _greedy(cum, lo, num_parts) or [0, len(cum) - 1]
+    cuts = _greedy(cum, lo, num_parts) or [0, len(cum) - 1]
+    return _split_to(cum, cuts, min(num_parts, len(cum) - 1))
 
 
-def _max_over_mean(cum: np.ndarray, cuts: list[int]) -> float:
+def _split_to(cum: np.ndarray, cuts: list[int], num_parts: int) -> list[int]:
+    """Split the largest multi-item parts at their middle boundary until there are ``num_parts``.
+
+    Splitting never raises the largest part, so the min-max optimum is kept.
+    """
+    cuts = list(cuts)
+    while len(cuts) - 1 < num_parts:
+        bounds = np.asarray(cuts)
+        sizes = np.diff(cum[bounds])
+        splittable = np.diff(bounds) > 1
+        k = int(np.argmax(np.where(splittable, sizes, -1)))
+        a, b = cuts[k], cuts[k + 1]
+        middle = int(np.searchsorted(cum, (cum[a] + cum[b]) / 2))
+        cuts.insert(k + 1, min(max(middle, a + 1), b - 1))
+    return cuts
+
+
+def _imbalance(cum: np.ndarray, cuts: list[int]) -> tuple[int, int]:
+    """Rank cut sets: the largest part first, then the spread between largest and smallest."""
     parts = np.diff(cum[cuts])
-    return float(parts.max() / parts.mean()) if len(parts) and parts.mean() > 0 else 1.0
+    return (int(parts.max()), int(parts.max() - parts.min()))

@@ -1,0 +1,87 @@
+"""Shared fixtures: small multi-shard datasets built with the public writer."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from shardfeed import write_dataset
+from shardfeed.schemas import Feature, FeatureSpec, Manifest
+
+#: Four stored features covering a tensor, a scalar, a string and an image column.
+SMALL_SPEC = FeatureSpec(
+    (
+        Feature("observation.state", "float32", (3,)),
+        Feature("label", "int64"),
+        Feature("caption", "string"),
+        Feature("image", "image", (8, 8, 3)),
+    )
+)
+
+
+def small_data(n: int, seed: int = 0) -> dict[str, Any]:
+    """Deterministic columns for SMALL_SPEC (about 30 payload bytes per row)."""
+    rng = np.random.default_rng(seed)
+    return {
+        "observation.state": rng.normal(size=(n, 3)).astype(np.float32),
+        "label": np.arange(n, dtype=np.int64) * 7 - 3,
+        "caption": [f"row {i} \u00e9\u6f22" if i % 5 else "" for i in range(n)],
+        "image": [bytes([i % 256]) * (i % 13) for i in range(n)],
+    }
+
+
+def tree_bytes(root: str | os.PathLike[str]) -> dict[str, bytes]:
+    """Every file under ``root`` as {relative posix path: bytes}."""
+    out = {}
+    for dirpath, _, filenames in os.walk(root):
+        for name in filenames:
+            full = os.path.join(dirpath, name)
+            out[os.path.relpath(full, root).replace(os.sep, "/")] = Path(full).read_bytes()
+    return out
+
+
+@pytest.fixture
+def make_small_dataset(
+    tmp_path: Path,
+) -> Callable[..., tuple[Path, Manifest, dict[str, Any]]]:
+    """Factory: write a multi-shard dataset (4 shards, several row groups each) under tmp_path.
+
+    Returns ``(root, manifest, data)``; keyword arguments go to ``write_dataset``.
+    """
+
+    def make(
+        name: str = "ds", n: int = 120, seed: int = 0, **kwargs: Any
+    ) -> tuple[Path, Manifest, dict[str, Any]]:
+        root = tmp_path / name
+        data = small_data(n, seed)
+        kwargs.setdefault("target_shard_size", 900)
+        kwargs.setdefault("row_group_size", 300)
+        manifest = write_dataset(root, SMALL_SPEC, data, **kwargs)
+        return root, manifest, data
+
+    return make
+
+
+@pytest.fixture
+def small_dataset(make_small_dataset) -> tuple[Path, Manifest, dict[str, Any]]:
+    """A fresh multi-shard dataset per test (tests may corrupt it freely)."""
+    root, manifest, data = make_small_dataset()
+    assert len(manifest.shards) >= 3, "fixture must be multi-shard"
+    assert all(len(s.row_groups) >= 2 for s in manifest.shards), "fixture needs several row groups"
+    return root, manifest, data
+
+
+@pytest.fixture
+def small_spec() -> FeatureSpec:
+    return SMALL_SPEC
+
+
+@pytest.fixture
+def read_tree() -> Callable[[str | os.PathLike[str]], dict[str, bytes]]:
+    """The ``tree_bytes`` helper, for byte-for-byte comparisons of whole datasets."""
+    return tree_bytes

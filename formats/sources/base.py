@@ -1,0 +1,78 @@
+"""The contract every raw-input reader implements, so the pipeline can plan by reference.
+
+A source is read in two cheap passes and one real one:
+1. ``files()``: the input files (Beam elements are files, never samples);
+2. ``scan(file, spec)``: per file, validate records and emit small :class:`UnitRef` references
+   (position, rows, payload size, content hash) plus :class:`RejectRecord` for bad records;
+   sources whose schema comes from the data (JSONL) first run ``infer(file)`` on every file and merge
+   the fragments with ``merge_inferred`` to get the spec;
+3. ``read(refs, spec)``: materialise the rows of some refs, in the given order, as an Arrow table
+   conforming to ``spec``. Shard writers call it, so payload bytes never cross a Beam shuffle.
+
+A unit is a sample, or a whole episode for robot data; units are never split across shards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+import pyarrow as pa
+
+from shardfeed.schemas.features import FeatureSpec
+from shardfeed.schemas.rejects import RejectRecord
+
+
+@dataclass(frozen=True, order=True)
+class UnitRef:
+    """A reference to one planning unit inside a source file; sorts in source order.
+
+    ``file`` is the root-relative POSIX path of the source file; ``position`` is the unit's ordinal
+    inside it (line number, row offset, member index, episode number); ``locator`` holds whatever
+    the reader needs to seek to it (e.g. ``(byte_offset, byte_length)``) and must be JSON-able.
+    ``content_hash`` is a stable hex digest of the unit's raw bytes (shuffle key, ids, dedup).
+    """
+
+    file: str
+    position: int
+    rows: int
+    payload_bytes: int
+    content_hash: str
+    locator: tuple[Any, ...] = field(default=(), compare=False)
+
+
+@dataclass
+class ScanResult:
+    units: list[UnitRef] = field(default_factory=list)
+    rejects: list[RejectRecord] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DatasetMeta:
+    """Dataset-level facts a source knows: LeRobot's fps/robot/tasks, or an image folder's labels."""
+
+    fps: float = 0
+    robot_type: str | None = None
+    tasks: tuple[str, ...] = ()
+    notes: tuple[
+        str, ...
+    ] = ()  # warnings for the manifest and summary (e.g. info.json totals disagree)
+
+
+class SourceReader(Protocol):
+    kind: ClassVar[str]
+    root: str
+
+    def files(self) -> list[str]:
+        """Root-relative input files, sorted (the source order)."""
+
+    def spec(self, inferred: Any | None = None) -> FeatureSpec:
+        """The output features; ``inferred`` is the merged result of ``infer`` for data-typed sources."""
+
+    def meta(self) -> DatasetMeta: ...
+
+    def scan(self, file: str, spec: FeatureSpec) -> ScanResult: ...
+
+    def read(self, refs: Sequence[UnitRef], spec: FeatureSpec) -> pa.Table:
+        """Rows of ``refs`` in the given order, in ``spec``'s Arrow schema."""

@@ -1,0 +1,82 @@
+"""Reject records: one bad input record, where it came from and why it was refused.
+
+Rejects are written as JSON Lines under ``meta/shardfeed/rejects/`` and counted by ``reason`` in the
+manifest. Reason codes are stable identifiers (snake_case); messages are free text for humans.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from shardfeed.schemas._strict import get, require_object
+from shardfeed.schemas.errors import SchemaError
+
+#: Known reason codes. Sources may add their own, but must use snake_case.
+REASONS = {
+    "image_corrupt": "the image does not decode (corrupt or not an image)",
+    "image_truncated": "the image ends before its data does",
+    "image_empty": "the image file is empty",
+    "image_not_image": "a file with an image extension holds no supported image format",
+    "image_too_large": "declared pixels exceed the bound (decompression bomb guard)",
+    "image_unsupported": "an image mode or feature that is not supported (e.g. animation)",
+    "json_invalid": "a line is not valid JSON, or not a JSON object",
+    "utf8_invalid": "bytes are not valid UTF-8",
+    "field_missing": "a required field is absent",
+    "field_type": "a field's type conflicts with the dataset schema",
+    "decompression_bomb": "a compressed input expands beyond the bound",
+    "path_escape": "a path or symlink leads outside the source root",
+    "episode_inconsistent": "episode metadata disagrees with its rows",
+    "io_error": "the input could not be read",
+}
+
+
+class RejectError(Exception):
+    """Raised by per-record transforms; the caller turns it into a RejectRecord (never a crash)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        if not reason or not reason.replace("_", "").isalnum() or reason.lower() != reason:
+            raise ValueError(f"reject reason must be snake_case, got {reason!r}")
+        self.reason = reason
+        self.message = message
+        super().__init__(f"{reason}: {message}")
+
+
+@dataclass(frozen=True)
+class RejectRecord:
+    """``source`` is the input URI or root-relative path; ``position`` locates the record inside it
+    (``line:12``, ``member:a/b.jpg``, ``episode:3``, ``row:40``); empty for whole files."""
+
+    source: str
+    position: str
+    reason: str
+    message: str
+
+    @classmethod
+    def from_error(cls, source: str, position: str, error: RejectError) -> RejectRecord:
+        return cls(source, position, error.reason, error.message)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "position": self.position,
+            "reason": self.reason,
+            "message": self.message,
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), ensure_ascii=False, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str = "reject") -> RejectRecord:
+        obj = require_object(obj, where)
+        reason = get(obj, "reason", str, where)
+        if not reason:
+            raise SchemaError(f"{where}.reason", "must be non-empty")
+        return cls(
+            get(obj, "source", str, where),
+            get(obj, "position", str, where),
+            reason,
+            get(obj, "message", str, where),
+        )

@@ -1,0 +1,260 @@
+"""Build one shard with its stats and episodes, and publish a dataset from finished shards.
+
+These are the two halves every writer shares: ``build_shard`` runs once per shard, anywhere
+(a Beam worker, a thread, the local loop), and ``publish`` runs once, after every shard is done:
+it merges stats in shard order and writes stats, tasks, episodes and info, then the manifest, last.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from shardfeed import __version__
+from shardfeed.formats.atomic import atomic_write_bytes
+from shardfeed.formats.columns import column_to_numpy
+from shardfeed.formats.encoding import get_encoding
+from shardfeed.formats.layout import DATASET_DIRS, chunk_file_index, data_path, episodes_path
+from shardfeed.formats.meta_writer import (
+    EpisodeRecord,
+    episodes_table,
+    write_info,
+    write_parquet_file,
+    write_stats,
+    write_tasks,
+)
+from shardfeed.formats.shard_writer import DEFAULT_ROW_GROUP_BYTES, write_shard
+from shardfeed.formats.stats import FeatureStats, merge_all
+from shardfeed.schemas.errors import ShardfeedError
+from shardfeed.schemas.features import Feature, FeatureSpec
+from shardfeed.schemas.info import DEFAULT_VIDEO_PATH, Info
+from shardfeed.schemas.manifest import (
+    MANIFEST_PATH,
+    FileRecord,
+    Manifest,
+    Provenance,
+    Rejects,
+    ShardRecord,
+    compute_fingerprint,
+)
+
+DEFAULT_TARGET_SHARD_BYTES = 100 * 10**6  # 100 MB, LeRobot's data_files_size_in_mb default
+
+
+class DatasetExistsError(ShardfeedError):
+    pass
+
+
+@dataclass(frozen=True)
+class DatasetOptions:
+    """What a dataset's bytes depend on besides its rows (content options go in provenance)."""
+
+    tasks: tuple[str, ...] = ()
+    fps: int | float = 0
+    robot_type: str | None = None
+    target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES
+    row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES
+    encoding: str = "parquet"
+    source: str = ""
+    content_options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def data_template(self) -> str:
+        return (
+            "data/chunk-{chunk_index:03d}/file-{file_index:03d}"
+            + get_encoding(self.encoding).extension
+        )
+
+
+@dataclass
+class ShardOutcome:
+    """A written shard: its manifest record, its stats and (episodic data) its episodes."""
+
+    number: int
+    record: ShardRecord
+    stats: dict[str, FeatureStats]
+    episodes: list[EpisodeRecord]
+
+
+def prepare_root(root: str, overwrite: bool) -> None:
+    """Create ``root``; refuse a non-empty one unless ``overwrite`` (manifest deleted first)."""
+    manifest = os.path.join(root, MANIFEST_PATH)
+    if os.path.isdir(root) and os.listdir(root):
+        if not overwrite:
+            what = "a dataset" if os.path.exists(manifest) else "files"
+            raise DatasetExistsError(
+                f"{root} already holds {what}; pass overwrite=True (--overwrite) to replace it"
+            )
+        # the manifest goes first, so an interrupted overwrite never looks complete
+        if os.path.exists(manifest):
+            os.unlink(manifest)
+        for name in DATASET_DIRS:
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+    os.makedirs(root, exist_ok=True)
+
+
+def build_shard(
+    root: str,
+    number: int,
+    table: pa.Table,
+    spec: FeatureSpec,
+    options: DatasetOptions,
+    *,
+    index_start: int,
+) -> ShardOutcome:
+    """Write shard ``number`` (rows in final order, in ``spec``'s schema) and summarise it."""
+    episodic = "episode_index" in spec
+    if episodic and "index" in spec:
+        index = table.column("index").to_numpy()
+        if not np.array_equal(index, np.arange(index_start, index_start + table.num_rows)):
+            raise ShardfeedError(
+                "the 'index' column must run 0..N-1 in file order (LeRobot reads it that way); renumber it before writing"
+            )
+    record = write_shard(
+        root,
+        data_path(number, template=options.data_template),
+        table,
+        spec,
+        index_start=index_start,
+        row_group_bytes=options.row_group_bytes,
+        encoding=options.encoding,
+    )
+    columns = {f.name: _valid_values(table.column(f.name), f) for f in spec.stored if f.is_numeric}
+    stats = {name: _new_stats(spec[name]).add(values) for name, (values, _) in columns.items()}
+    episodes = _episodes(columns, spec, options.tasks, number, index_start) if episodic else []
+    return ShardOutcome(number, record, stats, episodes)
+
+
+def publish(
+    root: str,
+    spec: FeatureSpec,
+    outcomes: Sequence[ShardOutcome],
+    options: DatasetOptions,
+    *,
+    rejects: Rejects | None = None,
+    extra_files: Sequence[FileRecord] = (),
+) -> Manifest:
+    """Write stats, tasks, episodes and info from the shard outcomes, then the manifest, last."""
+    outcomes = sorted(outcomes, key=lambda o: o.number)
+    if [o.number for o in outcomes] != list(range(len(outcomes))):
+        raise ShardfeedError(
+            f"shards must be numbered 0..{len(outcomes) - 1}; got {[o.number for o in outcomes][:10]}…"
+        )
+    episodic = "episode_index" in spec
+    episodes: dict[int, EpisodeRecord] = {}
+    for outcome in outcomes:
+        for episode in outcome.episodes:
+            if episode.episode_index in episodes:
+                raise ShardfeedError(
+                    f"episode {episode.episode_index} appears in two places; an episode must be contiguous in one shard"
+                )
+            episodes[episode.episode_index] = episode
+    files: list[FileRecord] = [write_stats(root, spec, merge_all([o.stats for o in outcomes]))]
+    if episodic or options.tasks:
+        files.append(write_tasks(root, options.tasks))
+    if episodic:
+        ordered = [episodes[k] for k in sorted(episodes)]
+        files.append(write_parquet_file(root, episodes_path(0), episodes_table(spec, ordered)))
+    shards = tuple(o.record for o in outcomes)
+    num_samples = shards[-1].index_end if shards else 0
+    files.append(
+        write_info(root, _info(spec, options, num_samples, len(episodes) if episodic else 0))
+    )
+    files.extend(extra_files)
+    files.sort(key=lambda r: r.path)
+    manifest = Manifest(
+        num_samples=num_samples,
+        fingerprint=compute_fingerprint([s.sha256 for s in shards], options.content_options, files),
+        shards=shards,
+        files=tuple(files),
+        rejects=rejects or Rejects(),
+        provenance=Provenance(options.source, options.content_options, __version__),
+        encoding=options.encoding,
+    )
+    atomic_write_bytes(os.path.join(root, MANIFEST_PATH), manifest.dumps().encode())
+    return manifest
+
+
+def _info(spec: FeatureSpec, options: DatasetOptions, num_samples: int, episodes: int) -> Info:
+    episodic = "episode_index" in spec
+    return Info(
+        features=spec,
+        total_frames=num_samples,
+        total_episodes=episodes,
+        total_tasks=len(options.tasks),
+        fps=options.fps,
+        robot_type=options.robot_type,
+        splits={"train": f"0:{episodes if episodic else num_samples}"},
+        data_path=options.data_template,
+        video_path=DEFAULT_VIDEO_PATH if any(f.dtype == "video" for f in spec) else None,
+        data_files_size_in_mb=max(1, round(options.target_shard_bytes / 10**6)),
+    )
+
+
+def _episodes(
+    columns: dict[str, tuple[np.ndarray, np.ndarray | None]],
+    spec: FeatureSpec,
+    tasks: Sequence[str],
+    number: int,
+    start: int,
+) -> list[EpisodeRecord]:
+    for required in ("episode_index", "task_index"):
+        if required in columns and columns[required][1] is not None:
+            raise ShardfeedError(f"'{required}' has nulls; every frame needs one")
+    episode_ids = columns["episode_index"][0].reshape(-1)
+    chunk, file = chunk_file_index(number)
+    run_starts = np.flatnonzero(np.r_[True, episode_ids[1:] != episode_ids[:-1]])
+    run_ends = np.r_[run_starts[1:], len(episode_ids)]
+    task_ids = columns["task_index"][0].reshape(-1) if "task_index" in columns else None
+    out: list[EpisodeRecord] = []
+    seen: set[int] = set()
+    for a, b in zip(run_starts.tolist(), run_ends.tolist(), strict=True):
+        ep = int(episode_ids[a])
+        if ep in seen:
+            raise ShardfeedError(
+                f"episode {ep} is split within shard {number}; an episode must be contiguous in one shard"
+            )
+        seen.add(ep)
+        names = []
+        if task_ids is not None:
+            for t in dict.fromkeys(task_ids[a:b].tolist()):
+                if not 0 <= t < len(tasks):
+                    raise ShardfeedError(
+                        f"episode {ep}: task_index {t} has no entry in tasks ({len(tasks)} tasks)"
+                    )
+                names.append(tasks[t])
+        stats = {
+            name: _new_stats(spec[name]).add(_rows(values, positions, a, b))
+            for name, (values, positions) in columns.items()
+        }
+        out.append(EpisodeRecord(ep, chunk, file, start + a, start + b, names, stats))
+    return out
+
+
+def _new_stats(feature: Feature) -> FeatureStats:
+    return FeatureStats(
+        feature.shape, integer=feature.dtype.startswith(("int", "uint")) or feature.dtype == "bool"
+    )
+
+
+def _valid_values(
+    column: pa.ChunkedArray, feature: Feature
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Non-null values for stats, and the row positions they came from (None when no nulls)."""
+    if column.null_count == 0:
+        return column_to_numpy(column, feature), None
+    valid = column.is_valid().to_numpy(zero_copy_only=False)
+    return column_to_numpy(column.filter(valid), feature), np.flatnonzero(valid)
+
+
+def _rows(values: np.ndarray, positions: np.ndarray | None, a: int, b: int) -> np.ndarray:
+    """The values of rows ``[a, b)``, skipping null rows."""
+    if positions is None:
+        return values[a:b]
+    return values[np.searchsorted(positions, a) : np.searchsorted(positions, b)]

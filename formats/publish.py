@@ -74,12 +74,56 @@ class DatasetOptions:
 
 @dataclass
 class ShardOutcome:
-    """A written shard: its manifest record, its stats and (episodic data) its episodes."""
+    """A written shard: its manifest record, its stats and (episodic data) its episodes.
+
+    ``to_state``/``from_state`` give a JSON form, so parallel writers can leave outcomes as small
+    sidecar files that ``publish`` reads back in shard order (never pickles).
+    """
 
     number: int
     record: ShardRecord
     stats: dict[str, FeatureStats]
     episodes: list[EpisodeRecord]
+
+    def to_state(self) -> dict[str, Any]:
+        return {
+            "number": self.number,
+            "record": self.record.to_json(),
+            "stats": {name: s.to_state() for name, s in self.stats.items()},
+            "episodes": [
+                {
+                    "episode_index": e.episode_index,
+                    "data_chunk_index": e.data_chunk_index,
+                    "data_file_index": e.data_file_index,
+                    "dataset_from_index": e.dataset_from_index,
+                    "dataset_to_index": e.dataset_to_index,
+                    "tasks": list(e.tasks),
+                    "stats": {name: s.to_state() for name, s in e.stats.items()},
+                }
+                for e in self.episodes
+            ],
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> ShardOutcome:
+        episodes = [
+            EpisodeRecord(
+                e["episode_index"],
+                e["data_chunk_index"],
+                e["data_file_index"],
+                e["dataset_from_index"],
+                e["dataset_to_index"],
+                list(e["tasks"]),
+                {name: FeatureStats.from_state(s) for name, s in e["stats"].items()},
+            )
+            for e in state["episodes"]
+        ]
+        return cls(
+            number=int(state["number"]),
+            record=ShardRecord.from_json(state["record"], f"shard[{state['number']}]"),
+            stats={name: FeatureStats.from_state(s) for name, s in state["stats"].items()},
+            episodes=episodes,
+        )
 
 
 def prepare_root(root: str, overwrite: bool) -> None:

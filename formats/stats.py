@@ -116,6 +116,44 @@ class FeatureStats:
                     self._levels[h + 1] = np.concatenate([self._levels[h + 1], promoted])
             h += 1
 
+    def to_state(self) -> dict[str, Any]:
+        """A JSON-able snapshot that ``from_state`` restores exactly (floats round-trip in JSON)."""
+        arrays = None
+        if self.count:
+            arrays = {
+                "mean": self._mean.tolist(),
+                "m2": self._m2.tolist(),
+                "min": self._min.tolist(),
+                "max": self._max.tolist(),
+                "dtype": str(self._min.dtype),
+                "levels": [lvl.tolist() for lvl in self._levels],
+                "parity": list(self._parity),
+            }
+        return {
+            "shape": list(self.shape),
+            "integer": self.integer,
+            "sketch_size": self.sketch_size,
+            "count": self.count,
+            "arrays": arrays,
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> FeatureStats:
+        stats = cls(tuple(state["shape"]), bool(state["integer"]), int(state["sketch_size"]))
+        stats.count = int(state["count"])
+        arrays = state["arrays"]
+        if arrays:
+            width = stats.width
+            stats._mean = np.asarray(arrays["mean"], dtype=np.float64)
+            stats._m2 = np.asarray(arrays["m2"], dtype=np.float64)
+            stats._min = np.asarray(arrays["min"], dtype=arrays["dtype"])
+            stats._max = np.asarray(arrays["max"], dtype=arrays["dtype"])
+            stats._levels = [
+                np.asarray(lvl, dtype=np.float64).reshape(-1, width) for lvl in arrays["levels"]
+            ]
+            stats._parity = [int(p) for p in arrays["parity"]]
+        return stats
+
     def quantile(self, q: float) -> np.ndarray:
         """The smallest value whose weighted rank reaches ``q`` (the inverted-CDF definition)."""
         values = np.concatenate(self._levels)

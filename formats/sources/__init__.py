@@ -1,1 +1,73 @@
-"""Readers for raw inputs, one module per kind. Each turns a source into features plus Arrow rows."""
+"""Readers for raw inputs, one module per kind, behind a name -> class registry and autodetection."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any
+
+from shardfeed.formats.sources.base import DatasetMeta, ScanResult, SourceReader, UnitRef
+from shardfeed.schemas.errors import ShardfeedError
+
+#: kind -> (module, class); imported on use so one broken optional reader never breaks the others
+READERS: dict[str, tuple[str, str]] = {
+    "lerobot": ("shardfeed.formats.sources.lerobot", "LeRobotSource"),
+    "imagefolder": ("shardfeed.formats.sources.imagefolder", "ImageFolderSource"),
+    "jsonl": ("shardfeed.formats.sources.jsonl", "JsonlSource"),
+}
+PLANNED = ("webdataset", "parquet", "tfrecord")
+_JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
+_IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
+
+__all__ = [
+    "READERS",
+    "DatasetMeta",
+    "ScanResult",
+    "SourceReader",
+    "UnitRef",
+    "detect_kind",
+    "open_source",
+]
+
+
+def reader_class(kind: str) -> type:
+    if kind in PLANNED:
+        raise ShardfeedError(
+            f"--from {kind} is not supported yet (planned); supported: {sorted(READERS)}"
+        )
+    if kind not in READERS:
+        raise ShardfeedError(f"unknown source kind {kind!r}; supported: {sorted(READERS)}")
+    module, name = READERS[kind]
+    return getattr(importlib.import_module(module), name)
+
+
+def detect_kind(src: str) -> str:
+    """LeRobot by meta/info.json; JSONL by suffix; an image folder by class dirs of images."""
+    if not os.path.exists(src):
+        raise ShardfeedError(f"{src}: no such file or directory")
+    if os.path.isfile(os.path.join(src, "meta", "info.json")):
+        return "lerobot"
+    if os.path.isfile(src):
+        if src.endswith(_JSONL_SUFFIXES):
+            return "jsonl"
+        raise ShardfeedError(f"{src}: cannot tell the source kind from the file name; pass --from")
+    names = []
+    for dirpath, _dirs, files in os.walk(src):
+        names += [os.path.join(dirpath, f) for f in files]
+        if len(names) > 10_000:
+            break
+    if any(n.endswith(_JSONL_SUFFIXES) for n in names):
+        return "jsonl"
+    if any(
+        n.lower().endswith(_IMAGE_SUFFIXES) and os.sep in os.path.relpath(n, src) for n in names
+    ):
+        return "imagefolder"
+    raise ShardfeedError(
+        f"{src}: found no LeRobot meta/info.json, *.jsonl[.gz|.zst] or class/*.jpg|png|webp; pass --from"
+    )
+
+
+def open_source(src: str, kind: str | None = None, **options: Any) -> SourceReader:
+    """Open ``src`` with the reader for ``kind`` (autodetected when None)."""
+    kind = kind or detect_kind(src)
+    return reader_class(kind)(src, **options)

@@ -9,11 +9,11 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from shardfeed import __version__
-from shardfeed.cli import inspect_cmd, verify_cmd
+from shardfeed.cli import convert_cmd, inspect_cmd, verify_cmd
 from shardfeed.cli._common import EXIT_FAILED, fail
 from shardfeed.schemas.errors import ShardfeedError
 
-COMMANDS = (inspect_cmd, verify_cmd)
+COMMANDS = (convert_cmd, inspect_cmd, verify_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,12 +30,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
     if not getattr(args, "run", None):
         parser.print_help()
         return 2
+    if extra and not getattr(args, "accepts_extra", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
-        return args.run(args)
+        return args.run(args, extra) if getattr(args, "accepts_extra", False) else args.run(args)
     except ShardfeedError as err:
         return fail(str(err))
     except (OSError, KeyError, pa.ArrowException) as err:

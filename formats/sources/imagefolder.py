@@ -1,0 +1,300 @@
+"""Image folder source (kind ``imagefolder``): ``root/<class>/<file>.(jpg|jpeg|png|webp)``.
+
+Layout and decisions:
+
+- **Classes** are the non-hidden directories directly under ``root``, sorted by name; a class's label
+  is its index in that order (int64). ``label_names`` lists them; an empty class directory still gets
+  a label, so adding images never renumbers the others.
+- **Images** are the regular files under a class directory whose extension is ``.jpg``, ``.jpeg``,
+  ``.png`` or ``.webp`` in any case. Other files are ignored, and so are hidden names (``.x``).
+  **Nested directories** are walked recursively, as torchvision's ``ImageFolder`` does: an image
+  in ``root/cat/2024/x.jpg`` is a ``cat``. Directory symlinks that stay inside the root are followed,
+  but each real directory is walked once per class (no cycles, no duplicates within a class).
+  Images directly under ``root`` have no class; they are ignored and counted in a note.
+- **Symlinks** that resolve outside the root (file or directory) are ``path_escape`` rejects; a
+  broken symlink with an image extension is an ``io_error`` reject.
+- **Features**: ``image`` (dtype ``image``: the Hugging Face ``{bytes, path}`` struct, with the
+  file's bytes as they are and ``path`` null), ``label`` (int64, ``names`` = the label names) and
+  ``path`` (string: the root-relative POSIX path, for provenance).
+- **Beam elements are class directories**: ``files()`` returns them, ``scan(dir, spec)`` lists the
+  images in one (sorted by root-relative path) and emits one :class:`UnitRef` per image.
+  ``scan`` reads every file once to hash it but does **not** decode images: empty, truncated or
+  non-image files are still units here; image validation happens later, in ``transforms/``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import posixpath
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from shardfeed.formats.columns import conform
+from shardfeed.formats.sources.base import DatasetMeta, ScanResult, UnitRef
+from shardfeed.formats.storage import Location, locate
+from shardfeed.schemas.errors import ShardfeedError, UnsafePathError
+from shardfeed.schemas.features import IMAGE_ARROW_TYPE, Feature, FeatureSpec
+from shardfeed.schemas.paths import check_relative_path, resolve_within
+from shardfeed.schemas.rejects import RejectRecord
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp")
+#: Fixed bytes per sample besides the image and its path: the int64 label.
+LABEL_BYTES = 8
+_READ_CHUNK = 1 << 20
+
+
+def is_image_name(name: str) -> bool:
+    return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
+
+
+def sample_payload_bytes(image_bytes: int, rel_path: str) -> int:
+    """Payload of one row: image bytes + UTF-8 path + the int64 label (a null image.path is 0)."""
+    return image_bytes + len(rel_path.encode("utf-8")) + LABEL_BYTES
+
+
+class ImageFolderSource:
+    """A class-per-directory image tree as a :class:`SourceReader`; one unit per image.
+
+    ``files()`` are the class directories; a UnitRef's ``file`` is its class directory, ``position``
+    its index in the class's listing of image paths sorted by root-relative path (a rejected entry
+    keeps its slot, so positions are stable), ``locator`` ``(root-relative image path,)``.
+    Rejects name the image's root-relative path as ``source`` with an empty ``position``; use
+    :meth:`reject_location` for rejects found later about a unit.
+    """
+
+    kind: ClassVar[str] = "imagefolder"
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        filesystem: pafs.FileSystem | None = None,
+        drop_videos: bool = False,
+    ) -> None:
+        """``drop_videos`` is accepted and ignored (an image folder has no videos), so the CLI's
+        ``--drop-videos`` never breaks an image-folder run."""
+        self.location: Location = locate(root, filesystem)
+        self.root: str = self.location.root if self.location.is_local else self.location.display
+        dirs, files, skipped = self._list_root()
+        if not dirs:
+            raise ShardfeedError(
+                f"{self.root}: no class directories; an image folder is root/<class>/<image>"
+            )
+        self.label_names: list[str] = dirs
+        self._labels = {name: i for i, name in enumerate(dirs)}
+        self._notes = [f"label_names={json.dumps(dirs, ensure_ascii=False)}"]
+        loose = [f for f in files if is_image_name(f)]
+        if loose:
+            self._notes.append(
+                f"{len(loose)} image file(s) directly under the root have no class directory "
+                f"and were ignored (e.g. {loose[0]})"
+            )
+        if skipped:
+            self._notes.append(f"ignored directories with unsafe names: {skipped}")
+
+    def _list_root(self) -> tuple[list[str], list[str], list[str]]:
+        dirs, files, skipped = [], [], []
+        if self.location.is_local:
+            try:
+                entries = list(os.scandir(self.location.root))
+            except FileNotFoundError:
+                raise ShardfeedError(f"{self.root}: no such directory") from None
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                if entry.is_dir(follow_symlinks=True) or (
+                    entry.is_symlink() and not entry.is_file(follow_symlinks=True)
+                ):
+                    # a symlink escaping the root is a class whose scan rejects it
+                    (dirs if _safe_name(entry.name) else skipped).append(entry.name)
+                elif entry.is_file(follow_symlinks=True):
+                    files.append(entry.name)
+        else:
+            selector = pafs.FileSelector(self.location.root, recursive=False)
+            for info in self.location.filesystem.get_file_info(selector):
+                name = posixpath.basename(info.path)
+                if name.startswith("."):
+                    continue
+                if info.type == pafs.FileType.Directory:
+                    (dirs if _safe_name(name) else skipped).append(name)
+                elif info.type == pafs.FileType.File:
+                    files.append(name)
+        return sorted(dirs), sorted(files), sorted(skipped)
+
+    # ---- SourceReader -----------------------------------------------------------------------
+
+    def files(self) -> list[str]:
+        """The class directories (root-relative, sorted); each is one Beam element for ``scan``."""
+        return list(self.label_names)
+
+    def spec(self, inferred: Any | None = None) -> FeatureSpec:
+        return FeatureSpec(
+            (
+                Feature("image", "image", ()),
+                Feature("label", "int64", (1,), names=list(self.label_names)),
+                Feature("path", "string", (1,)),
+            )
+        )
+
+    def meta(self) -> DatasetMeta:
+        """No fps/robot/tasks; notes carry ``label_names=[...]`` (JSON) and ignored files."""
+        return DatasetMeta(notes=tuple(self._notes))
+
+    def reject_location(self, ref: UnitRef) -> tuple[str, str]:
+        """``(source, position)`` for a RejectRecord about this unit: the image path, whole file."""
+        return str(ref.locator[0]), ""
+
+    def scan(self, file: str, spec: FeatureSpec) -> ScanResult:
+        """One UnitRef per image under class directory ``file``; reads (hashes) but never decodes.
+
+        ``payload_bytes`` = file size + UTF-8 path length + 8; ``content_hash`` = blake2b-128 hex of
+        the file bytes.
+        """
+        if file not in self._labels:
+            raise ShardfeedError(f"{self.root}: {file!r} is not a class directory of this source")
+        result = ScanResult()
+        entries, problems = self._list_images(file)
+        listing = sorted([(rel, None) for rel in entries] + problems, key=lambda e: e[0])
+        for position, (rel, problem) in enumerate(listing):
+            if problem is not None:
+                result.rejects.append(RejectRecord(rel, "", *problem))
+                continue
+            try:
+                size, digest = self._hash_file(rel)
+            except UnsafePathError as err:
+                result.rejects.append(RejectRecord(rel, "", "path_escape", err.message))
+                continue
+            except OSError as err:
+                result.rejects.append(
+                    RejectRecord(rel, "", "io_error", f"cannot read {rel}: {err}")
+                )
+                continue
+            result.units.append(
+                UnitRef(
+                    file=file,
+                    position=position,
+                    rows=1,
+                    payload_bytes=sample_payload_bytes(size, rel),
+                    content_hash=digest,
+                    locator=(rel,),
+                )
+            )
+        return result
+
+    def _hash_file(self, rel: str) -> tuple[int, str]:
+        h = hashlib.blake2b(digest_size=16)
+        size = 0
+        with self.location.open_input(rel, rel) as handle:
+            while True:
+                chunk = handle.read(_READ_CHUNK)
+                if not chunk:
+                    break
+                size += len(chunk)
+                h.update(chunk)
+        return size, h.hexdigest()
+
+    def _list_images(self, class_dir: str) -> tuple[list[str], list[tuple[str, tuple[str, str]]]]:
+        """Image paths under a class directory, and ``(path, (reason, message))`` problems."""
+        if not self.location.is_local:
+            base = posixpath.join(self.location.root, class_dir)
+            selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
+            out = []
+            for info in self.location.filesystem.get_file_info(selector):
+                if info.type != pafs.FileType.File:
+                    continue
+                rel = posixpath.join(class_dir, posixpath.relpath(info.path, base))
+                if is_image_name(rel) and not any(p.startswith(".") for p in rel.split("/")):
+                    out.append(rel)
+            return out, []
+        images: list[str] = []
+        problems: list[tuple[str, tuple[str, str]]] = []
+        visited: set[str] = set()
+        stack = [class_dir]
+        while stack:
+            rel_dir = stack.pop()
+            try:
+                real_dir = resolve_within(self.location.root, rel_dir, rel_dir)
+            except UnsafePathError as err:
+                problems.append((rel_dir, ("path_escape", err.message)))
+                continue
+            if real_dir in visited:
+                continue
+            visited.add(real_dir)
+            try:
+                entries = sorted(os.scandir(real_dir), key=lambda e: e.name)
+            except OSError as err:
+                problems.append((rel_dir, ("io_error", f"cannot list {rel_dir}: {err}")))
+                continue
+            subdirs = []
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                rel = f"{rel_dir}/{entry.name}"
+                image = is_image_name(entry.name)
+                if not _safe_name(entry.name):
+                    if image:
+                        problems.append((rel, ("path_escape", f"unsafe file name {rel!r}")))
+                    continue
+                if entry.is_symlink():
+                    try:
+                        resolve_within(self.location.root, rel, rel)
+                    except UnsafePathError as err:
+                        if image or entry.is_dir(follow_symlinks=True):
+                            problems.append((rel, ("path_escape", err.message)))
+                        continue
+                    if image and not os.path.exists(entry.path):
+                        problems.append((rel, ("io_error", f"{rel} is a broken symlink")))
+                        continue
+                if entry.is_dir(follow_symlinks=True):
+                    subdirs.append(rel)
+                elif image and entry.is_file(follow_symlinks=True):
+                    images.append(rel)
+            stack.extend(reversed(subdirs))
+        return images, problems
+
+    def read(self, refs: Sequence[UnitRef], spec: FeatureSpec) -> pa.Table:
+        """Rows ``{image: {bytes, path: None}, label, path}`` of ``refs``, in order, in ``spec``'s
+        schema. Raises :class:`ShardfeedError` if an image's size changed since it was scanned."""
+        blobs, labels, paths = [], [], []
+        for ref in refs:
+            rel = str(ref.locator[0])
+            label = self._labels.get(ref.file)
+            if label is None:
+                raise ShardfeedError(f"{self.root}: {ref.file!r} is not a class directory")
+            data = self.location.read_bytes(rel, rel)
+            if sample_payload_bytes(len(data), rel) != ref.payload_bytes:
+                raise ShardfeedError(
+                    f"{self.root}: {rel} changed since it was scanned "
+                    f"({len(data)} bytes now); re-run the conversion"
+                )
+            blobs.append(data)
+            labels.append(label)
+            paths.append(rel)
+        image = pa.StructArray.from_arrays(
+            [pa.array(blobs, pa.binary()), pa.nulls(len(blobs), pa.string())],
+            fields=list(IMAGE_ARROW_TYPE),
+        )
+        table = pa.table(
+            {
+                "image": image,
+                "label": pa.array(labels, pa.int64()),
+                "path": pa.array(paths, pa.string()),
+            }
+        )
+        return conform(table, spec)
+
+    def __repr__(self) -> str:
+        return f"ImageFolderSource({self.root!r}, classes={len(self.label_names)})"
+
+
+def _safe_name(name: str) -> bool:
+    try:
+        check_relative_path(name, "name")
+    except UnsafePathError:
+        return False
+    return True

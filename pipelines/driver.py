@@ -1,0 +1,223 @@
+"""Run a conversion end to end: prepare DST, run the Beam graph, check rejects, publish, summarise.
+
+The summary is built from what the pipeline wrote (shard sidecars and reject parts), never from
+``result.metrics()``, which some runners (Dask on Beam 2.77) do not implement.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from shardfeed.formats.meta_writer import file_record
+from shardfeed.formats.publish import DatasetOptions, ShardOutcome, prepare_root, publish
+from shardfeed.formats.shard_writer import DEFAULT_ROW_GROUP_BYTES
+from shardfeed.formats.sources import open_source
+from shardfeed.pipelines.convert import WORK_DIR, ConvertGraph, GraphConfig
+from shardfeed.pipelines.runners import make_runner
+from shardfeed.schemas.errors import ShardfeedError
+from shardfeed.schemas.manifest import MANIFEST_PATH, Rejects
+from shardfeed.schemas.rejects import RejectRecord
+
+REJECTS_DIR = "meta/shardfeed/rejects"
+
+
+class TooManyRejectsError(ShardfeedError):
+    pass
+
+
+@dataclass(frozen=True)
+class ConvertConfig:
+    """What a conversion produces. Everything here except ``overwrite`` is a content option."""
+
+    src: str
+    dst: str
+    kind: str | None = None
+    target_shard_bytes: int = 100 * 10**6
+    row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES
+    shuffle_seed: int = 0
+    max_reject_fraction: float = 0.01
+    overwrite: bool = False
+    source_options: dict[str, Any] = field(default_factory=dict)
+
+    def content_options(self, kind: str) -> dict[str, Any]:
+        return {
+            "from": kind,
+            "target_shard_size": self.target_shard_bytes,
+            "row_group_size": self.row_group_bytes,
+            "shuffle_seed": self.shuffle_seed,
+            **self.source_options,
+        }
+
+
+@dataclass
+class ConvertSummary:
+    dst: str
+    samples_in: int
+    samples_out: int
+    shards: int
+    rejects: dict[str, int]
+    payload_bytes: int
+    bytes: int
+    seconds: float
+    notes: list[str]
+    published: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dst": self.dst,
+            "published": self.published,
+            "samples_in": self.samples_in,
+            "samples_out": self.samples_out,
+            "shards": self.shards,
+            "rejects": {
+                "total": sum(self.rejects.values()),
+                "by_reason": dict(sorted(self.rejects.items())),
+            },
+            "payload_bytes": self.payload_bytes,
+            "bytes": self.bytes,
+            "compression_ratio": round(self.payload_bytes / self.bytes, 4) if self.bytes else None,
+            "seconds": round(self.seconds, 3),
+            "samples_per_s": round(self.samples_out / self.seconds, 1) if self.seconds else None,
+            "notes": self.notes,
+        }
+
+
+def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> ConvertSummary:
+    """Convert ``config.src`` into a published dataset at ``config.dst`` (raises on failure)."""
+    started = time.monotonic()
+    source = open_source(config.src, config.kind, **config.source_options)
+    kind = source.kind
+    spec = source.spec(_infer(source))
+    meta = source.meta()
+    dst = os.path.abspath(config.dst)
+    prepare_root(dst, config.overwrite or _only_leftovers(dst))
+    options = DatasetOptions(
+        tasks=meta.tasks,
+        fps=meta.fps,
+        robot_type=meta.robot_type,
+        target_shard_bytes=config.target_shard_bytes,
+        row_group_bytes=config.row_group_bytes,
+        source=os.path.basename(os.path.abspath(config.src).rstrip("/")),
+        content_options=config.content_options(kind),
+    )
+    graph = GraphConfig(
+        dst=dst,
+        target_shard_bytes=config.target_shard_bytes,
+        seed=config.shuffle_seed,
+        options=options,
+    )
+    shutil.rmtree(graph.work, ignore_errors=True)
+    pipeline_options = PipelineOptions(list(beam_args))
+    with beam.Pipeline(runner=make_runner(pipeline_options), options=pipeline_options) as pipeline:
+        _ = (
+            pipeline
+            | "ListFiles" >> beam.Create(source.files())
+            | "Convert" >> ConvertGraph(source, spec, graph)
+        )
+    outcomes = _read_outcomes(graph.work)
+    rejects, reject_counts = _collect_rejects(graph.work)
+    samples_out = sum(o.record.rows for o in outcomes)
+    rejected_units = sum(reject_counts.values())
+    total_in = samples_out + rejected_units
+    summary = ConvertSummary(
+        dst=dst,
+        samples_in=total_in,
+        samples_out=samples_out,
+        shards=len(outcomes),
+        rejects=reject_counts,
+        payload_bytes=sum(o.record.payload_bytes for o in outcomes),
+        bytes=sum(o.record.bytes for o in outcomes),
+        seconds=0.0,
+        notes=list(meta.notes),
+        published=False,
+    )
+    if total_in and rejected_units / total_in > config.max_reject_fraction:
+        summary.seconds = time.monotonic() - started
+        raise TooManyRejectsError(
+            f"{rejected_units} of {total_in} records rejected ({rejected_units / total_in:.2%}) exceeds "
+            f"--max-reject-fraction {config.max_reject_fraction:.2%}; nothing was published. "
+            f"Reasons: {dict(sorted(reject_counts.items()))}. Reject details are in {graph.work}/rejects/"
+        )
+    extra = _move_rejects(dst, graph.work, rejects)
+    publish(
+        dst,
+        spec,
+        outcomes,
+        options,
+        rejects=Rejects(rejected_units, reject_counts),
+        extra_files=extra,
+    )
+    shutil.rmtree(graph.work, ignore_errors=True)
+    summary.published = True
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def _infer(source) -> Any:
+    """Data-typed sources (JSONL) infer their schema over every file before scanning."""
+    infer = getattr(source, "infer", None)
+    if infer is None:
+        return None
+    merge = type(source).merge_inferred if hasattr(type(source), "merge_inferred") else None
+    from shardfeed.formats.sources import merge_inferred_for
+
+    merge = merge or merge_inferred_for(source)
+    result = None
+    for file in source.files():
+        part = infer(file)
+        result = part if result is None else merge(result, part)
+    return result
+
+
+def _only_leftovers(dst: str) -> bool:
+    """A DST holding an interrupted run's leftovers (work dir, no manifest) may be taken over."""
+    return os.path.isdir(os.path.join(dst, WORK_DIR)) and not os.path.exists(
+        os.path.join(dst, MANIFEST_PATH)
+    )
+
+
+def _read_outcomes(work: str) -> list[ShardOutcome]:
+    directory = os.path.join(work, "shards")
+    if not os.path.isdir(directory):
+        return []
+    outcomes = []
+    for name in sorted(os.listdir(directory)):
+        if name.endswith(".json") and not name.startswith("."):
+            with open(os.path.join(directory, name), encoding="utf-8") as handle:
+                outcomes.append(ShardOutcome.from_state(json.load(handle)))
+    return outcomes
+
+
+def _collect_rejects(work: str) -> tuple[list[str], dict[str, int]]:
+    directory = os.path.join(work, "rejects")
+    names = (
+        sorted(n for n in os.listdir(directory) if n.endswith(".jsonl") and not n.startswith("."))
+        if os.path.isdir(directory)
+        else []
+    )
+    counts: dict[str, int] = {}
+    for name in names:
+        with open(os.path.join(directory, name), encoding="utf-8") as handle:
+            for line in handle:
+                reject = RejectRecord.from_json(json.loads(line))
+                counts[reject.reason] = counts.get(reject.reason, 0) + 1
+    return names, counts
+
+
+def _move_rejects(dst: str, work: str, names: list[str]):
+    records = []
+    target = os.path.join(dst, REJECTS_DIR)
+    for name in names:
+        os.makedirs(target, exist_ok=True)
+        os.replace(os.path.join(work, "rejects", name), os.path.join(target, name))
+        records.append(file_record(dst, f"{REJECTS_DIR}/{name}"))
+    return records

@@ -1,0 +1,112 @@
+"""``shardfeed convert SRC DST``: run the Beam conversion pipeline; unknown flags go to Beam."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from shardfeed.cli._common import EXIT_FAILED, EXIT_OK, fail, print_json
+from shardfeed.schemas.units import format_size, parse_size
+
+BEAM_INSTALL_HINT = "this command needs Apache Beam: pip install 'shardfeed[beam]'"
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "convert",
+        help="convert a raw corpus into size-balanced shards (Apache Beam; needs shardfeed[beam])",
+        description=(
+            "Convert SRC (a LeRobot v2.1/v3.0 dataset, an image folder or JSONL files) into a shardfeed "
+            "dataset at DST. Runs on Beam's in-process runner by default, with no network access. Any flag "
+            "not listed here goes to Beam's PipelineOptions, e.g. --direct_running_mode=multi_processing "
+            "--direct_num_workers=2, or --runner=dask."
+        ),
+    )
+    parser.add_argument("src", help="source file or directory")
+    parser.add_argument("dst", help="output dataset directory")
+    parser.add_argument(
+        "--from",
+        dest="kind",
+        choices=["lerobot", "imagefolder", "jsonl", "webdataset", "parquet", "tfrecord"],
+        help="source kind (autodetected when omitted)",
+    )
+    parser.add_argument(
+        "--target-shard-size",
+        default="100MB",
+        type=parse_size,
+        help="payload bytes per shard, e.g. 100MB or 64MiB (default 100MB)",
+    )
+    parser.add_argument(
+        "--row-group-size",
+        default="4MiB",
+        type=parse_size,
+        help="payload bytes per Parquet row group (default 4MiB)",
+    )
+    parser.add_argument(
+        "--shuffle-seed",
+        type=int,
+        default=0,
+        help="seed of the global sample (or episode) order (default 0)",
+    )
+    parser.add_argument(
+        "--max-reject-fraction",
+        type=float,
+        default=0.01,
+        help="fail and publish nothing above this reject fraction (default 0.01)",
+    )
+    parser.add_argument(
+        "--drop-videos",
+        action="store_true",
+        help="LeRobot: drop video features (e.g. when the MP4s are absent)",
+    )
+    parser.add_argument(
+        "--text-field", default="text", help="JSONL: the required text field (default 'text')"
+    )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace a published dataset at DST"
+    )
+    parser.add_argument("--json", action="store_true", help="print the end-of-run summary as JSON")
+    parser.set_defaults(run=run, accepts_extra=True)
+
+
+def run(args: argparse.Namespace, beam_args: list[str]) -> int:
+    try:
+        from shardfeed.pipelines.driver import ConvertConfig, TooManyRejectsError, run_convert
+    except ImportError as err:
+        if "apache_beam" in str(err) or "shardfeed[beam]" in str(err):
+            return fail(BEAM_INSTALL_HINT)
+        raise
+    source_options = {}
+    if args.drop_videos:
+        source_options["drop_videos"] = True
+    if args.text_field != "text":
+        source_options["text_field"] = args.text_field
+    config = ConvertConfig(
+        src=args.src,
+        dst=args.dst,
+        kind=args.kind,
+        target_shard_bytes=args.target_shard_size,
+        row_group_bytes=args.row_group_size,
+        shuffle_seed=args.shuffle_seed,
+        max_reject_fraction=args.max_reject_fraction,
+        overwrite=args.overwrite,
+        source_options=source_options,
+    )
+    try:
+        summary = run_convert(config, beam_args)
+    except TooManyRejectsError as err:
+        return fail(str(err))
+    if args.json:
+        print_json(summary.to_json())
+    else:
+        s = summary.to_json()
+        print(
+            f"converted {s['samples_out']:,} of {s['samples_in']:,} samples into {s['shards']} shards at {s['dst']}\n"
+            f"  rejects   {s['rejects']['total']:,} {s['rejects']['by_reason'] or ''}\n"
+            f"  bytes     {format_size(s['bytes'])} on disk, {format_size(s['payload_bytes'])} payload (x{s['compression_ratio']})\n"
+            f"  time      {s['seconds']} s, {s['samples_per_s']} samples/s",
+            file=sys.stdout,
+        )
+        for note in s["notes"]:
+            print(f"  note      {note}")
+    return EXIT_OK if summary.published else EXIT_FAILED

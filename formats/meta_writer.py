@@ -67,6 +67,7 @@ class EpisodeRecord:
     dataset_to_index: int
     tasks: list[str]
     stats: dict[str, FeatureStats] = field(default_factory=dict)
+    source_episode_index: int | None = None  # the id in the source, when conversion renumbered
 
     @property
     def length(self) -> int:
@@ -137,6 +138,10 @@ def episodes_table(
         "tasks": pa.array([e.tasks for e in episodes], pa.list_(pa.string())),
         "length": pa.array([e.length for e in episodes], pa.int64()),
     }
+    if any(e.source_episode_index is not None for e in episodes):
+        columns["source_episode_index"] = pa.array(
+            [e.source_episode_index for e in episodes], pa.int64()
+        )
     for feature in spec:
         if not any(feature.name in e.stats for e in episodes):
             continue

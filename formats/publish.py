@@ -99,6 +99,7 @@ class ShardOutcome:
                     "dataset_to_index": e.dataset_to_index,
                     "tasks": list(e.tasks),
                     "stats": {name: s.to_state() for name, s in e.stats.items()},
+                    "source_episode_index": e.source_episode_index,
                 }
                 for e in self.episodes
             ],
@@ -115,6 +116,7 @@ class ShardOutcome:
                 e["dataset_to_index"],
                 list(e["tasks"]),
                 {name: FeatureStats.from_state(s) for name, s in e["stats"].items()},
+                e.get("source_episode_index"),
             )
             for e in state["episodes"]
         ]
@@ -151,8 +153,13 @@ def build_shard(
     options: DatasetOptions,
     *,
     index_start: int,
+    source_episode_ids: Sequence[int] | None = None,
 ) -> ShardOutcome:
-    """Write shard ``number`` (rows in final order, in ``spec``'s schema) and summarise it."""
+    """Write shard ``number`` (rows in final order, in ``spec``'s schema) and summarise it.
+
+    ``source_episode_ids`` gives, per episode in shard order, its id in the source when the
+    caller renumbered episodes; it is kept in the episodes metadata.
+    """
     episodic = "episode_index" in spec
     if episodic and "index" in spec:
         index = table.column("index").to_numpy()
@@ -172,6 +179,13 @@ def build_shard(
     columns = {f.name: _valid_values(table.column(f.name), f) for f in spec.stored if f.is_numeric}
     stats = {name: _new_stats(spec[name]).add(values) for name, (values, _) in columns.items()}
     episodes = _episodes(columns, spec, options.tasks, number, index_start) if episodic else []
+    if source_episode_ids is not None:
+        if len(source_episode_ids) != len(episodes):
+            raise ShardfeedError(
+                f"shard {number}: {len(source_episode_ids)} source episode ids for {len(episodes)} episodes"
+            )
+        for episode, source_id in zip(episodes, source_episode_ids, strict=True):
+            episode.source_episode_index = int(source_id)
     return ShardOutcome(number, record, stats, episodes)
 
 

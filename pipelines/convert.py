@@ -107,8 +107,15 @@ def write_planned_shard(
     table = renumber(
         table, spec, [u.ref.rows for u in ordered], plan.row_start[number], plan.unit_start[number]
     )
+    episodic = "episode_index" in spec
     outcome = build_shard(
-        config.dst, number, table, spec, config.options, index_start=plan.row_start[number]
+        config.dst,
+        number,
+        table,
+        spec,
+        config.options,
+        index_start=plan.row_start[number],
+        source_episode_ids=[u.ref.position for u in ordered] if episodic else None,
     )
     sidecar = os.path.join(config.work, "shards", f"{number:06d}.json")
     atomic_write_bytes(sidecar, json.dumps(outcome.to_state(), separators=(",", ":")).encode())

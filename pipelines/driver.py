@@ -163,18 +163,17 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
 
 
 def _infer(source) -> Any:
-    """Data-typed sources (JSONL) infer their schema over every file before scanning."""
+    """Data-typed sources (JSONL) infer their schema over every file before scanning.
+
+    The merge is associative and commutative; this first pass runs on the driver for now.
+    """
     infer = getattr(source, "infer", None)
     if infer is None:
         return None
-    merge = type(source).merge_inferred if hasattr(type(source), "merge_inferred") else None
-    from shardfeed.formats.sources import merge_inferred_for
-
-    merge = merge or merge_inferred_for(source)
     result = None
     for file in source.files():
         part = infer(file)
-        result = part if result is None else merge(result, part)
+        result = part if result is None else type(source).merge_inferred(result, part)
     return result
 
 

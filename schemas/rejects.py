@@ -42,6 +42,9 @@ class RejectError(Exception):
         self.message = message
         super().__init__(f"{reason}: {message}")
 
+    def __reduce__(self):  # survives pickling across worker processes
+        return (type(self), (self.reason, self.message))
+
 
 @dataclass(frozen=True)
 class RejectRecord:

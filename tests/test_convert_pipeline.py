@@ -1,0 +1,183 @@
+"""The Beam conversion pipeline end to end, through the CLI, on the in-process runner."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+pytest.importorskip("apache_beam")
+
+from shardfeed import open_dataset
+from shardfeed.cli.main import main
+from shardfeed.formats.sources.lerobot import open_lerobot_v30
+from shardfeed.formats.verify import verify_dataset
+
+CORPORA = os.environ.get("SHARDFEED_CORPORA")
+needs_corpora = pytest.mark.skipif(
+    not CORPORA, reason="SHARDFEED_CORPORA is not set (scripts/test.sh sets it)"
+)
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+def _jsonl_corpus(root: Path, n: int = 400, seed: int = 0, bad: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    sizes = rng.lognormal(6, 1.0, n).astype(int) + 1
+    lines = [
+        json.dumps({"text": "x" * int(s), "id": i, "score": float(i) / 7, "meta": {"k": i % 3}})
+        for i, s in enumerate(sizes)
+    ]
+    for j in range(bad):
+        lines.insert(5 + j * 3, "{not json" if j % 2 == 0 else json.dumps({"id": -j}))
+    (root / "part-0.jsonl").write_text("\n".join(lines[: len(lines) // 2]) + "\n")
+    (root / "part-1.jsonl").write_text("\n".join(lines[len(lines) // 2 :]) + "\n")
+    return root
+
+
+@needs_corpora
+def test_lerobot_v30_frames_equal_their_source(tmp_path, capsys):
+    src = Path(CORPORA, "lerobot_v30_reachy2_apple_storage")
+    dst = tmp_path / "out"
+    assert main(["convert", str(src), str(dst), "--target-shard-size", "60KB", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["samples_out"] == 899 and summary["rejects"]["total"] == 0
+    assert any("total_frames=14983" in note for note in summary["notes"])
+    ds = open_dataset(dst)
+    assert len(ds) == 899 and ds.info.total_episodes == 3
+    out = ds.read(0, len(ds))
+    np.testing.assert_array_equal(out["index"], np.arange(899))
+    source = open_lerobot_v30(src).read_data()
+    episodes = pq.read_table(dst / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    assert sorted(e["source_episode_index"] for e in episodes) == [0, 1, 2]
+    for ep in episodes:
+        a, b = ep["dataset_from_index"], ep["dataset_to_index"]
+        assert set(out["episode_index"][a:b].tolist()) == {ep["episode_index"]}
+        src_rows = source.filter(
+            np.asarray(source.column("episode_index")) == ep["source_episode_index"]
+        )
+        assert src_rows.num_rows == b - a == ep["length"]
+        np.testing.assert_array_equal(
+            out["observation.state"][a:b],
+            np.array(src_rows.column("observation.state").to_pylist(), np.float32),
+        )
+        np.testing.assert_array_equal(
+            out["frame_index"][a:b], src_rows.column("frame_index").to_numpy()
+        )
+        np.testing.assert_array_equal(
+            out["timestamp"][a:b], src_rows.column("timestamp").to_numpy()
+        )
+    stats = json.loads((dst / "meta/stats.json").read_text())
+    np.testing.assert_allclose(
+        stats["action"]["mean"], out["action"].astype(np.float64).mean(axis=0), rtol=1e-6
+    )
+    np.testing.assert_allclose(
+        stats["action"]["std"], out["action"].astype(np.float64).std(axis=0), rtol=1e-6
+    )
+    assert verify_dataset(dst).ok
+
+
+def test_jsonl_is_balanced_and_deterministic_across_running_modes(tmp_path):
+    src = _jsonl_corpus(tmp_path / "src", n=3000)
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert main(["convert", str(src), str(one), "--target-shard-size", "150KB"]) == 0
+    assert (
+        main(
+            [
+                "convert",
+                str(src),
+                str(two),
+                "--target-shard-size",
+                "150KB",
+                "--direct_running_mode=multi_processing",
+                "--direct_num_workers=2",
+            ]
+        )
+        == 0
+    )
+    assert _tree(one) == _tree(two)
+    ds = open_dataset(one)
+    assert len(ds) == 3000 and len(ds.shards) >= 5
+    payload = [s.payload_bytes for s in ds.shards]
+    assert max(payload) / np.mean(payload) <= 1.02
+    # every source record arrives exactly once, shuffled
+    ids = ds.read(0, len(ds), columns=["id"])["id"]
+    assert sorted(ids.tolist()) == list(range(3000)) and ids.tolist() != list(range(3000))
+    assert not (one / ".shardfeed-work").exists()
+
+
+def test_bad_records_become_rejects_and_the_threshold_publishes_nothing(tmp_path, capsys):
+    src = _jsonl_corpus(tmp_path / "src", n=200, bad=4)
+    dst = tmp_path / "dst"
+    assert main(["convert", str(src), str(dst), "--max-reject-fraction", "0.5", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["rejects"] == {"total": 4, "by_reason": {"field_missing": 2, "json_invalid": 2}}
+    manifest = json.loads((dst / "meta/shardfeed/manifest.json").read_text())
+    assert manifest["rejects"] == summary["rejects"]
+    reject_files = [
+        f["path"] for f in manifest["files"] if f["path"].startswith("meta/shardfeed/rejects/")
+    ]
+    records = [
+        json.loads(line) for p in reject_files for line in (dst / p).read_text().splitlines()
+    ]
+    assert sorted(r["reason"] for r in records) == [
+        "field_missing",
+        "field_missing",
+        "json_invalid",
+        "json_invalid",
+    ]
+    assert all(
+        r["source"].endswith(".jsonl") and r["position"].startswith("line:") for r in records
+    )
+    assert verify_dataset(dst).ok
+
+    strict = tmp_path / "strict"
+    assert main(["convert", str(src), str(strict), "--max-reject-fraction", "0.001"]) == 1
+    err = capsys.readouterr().err
+    assert "exceeds --max-reject-fraction" in err and "Traceback" not in err
+    assert not (strict / "meta/shardfeed/manifest.json").exists()
+
+
+def test_published_dst_is_refused_without_overwrite(tmp_path, capsys):
+    src = _jsonl_corpus(tmp_path / "src", n=50)
+    dst = tmp_path / "dst"
+    assert main(["convert", str(src), str(dst)]) == 0
+    capsys.readouterr()
+    assert main(["convert", str(src), str(dst)]) == 1
+    assert "--overwrite" in capsys.readouterr().err
+    assert main(["convert", str(src), str(dst), "--overwrite", "--shuffle-seed", "7"]) == 0
+    assert (
+        json.loads((dst / "meta/shardfeed/manifest.json").read_text())["provenance"][
+            "content_options"
+        ]["shuffle_seed"]
+        == 7
+    )
+
+
+def test_image_folder_converts_with_labels(tmp_path):
+    from PIL import Image
+
+    src = tmp_path / "imgs"
+    expected = {}
+    for label, name in enumerate(["cat", "dog"]):
+        (src / name).mkdir(parents=True)
+        for i in range(6):
+            path = src / name / f"{i}.png"
+            Image.new("RGB", (8 + i, 8), (label * 100, i * 20, 0)).save(path)
+            expected[f"{name}/{i}.png"] = (label, path.read_bytes())
+    dst = tmp_path / "dst"
+    assert main(["convert", str(src), str(dst), "--target-shard-size", "1KB"]) == 0
+    ds = open_dataset(dst)
+    rows = ds.read(0, len(ds))
+    assert len(ds) == 12
+    for path, label, image in zip(rows["path"], rows["label"], rows["image"], strict=True):
+        assert (label, image) == expected[path]

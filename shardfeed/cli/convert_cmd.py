@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import sys
 
 from shardfeed.cli._common import EXIT_FAILED, EXIT_OK, fail, print_json
@@ -69,9 +71,22 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run, accepts_extra=True)
 
 
+@contextlib.contextmanager
+def _quiet_imports():
+    """Beam logs optional-dependency warnings (GCP clients) at import; they are noise here."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+
+
 def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     try:
-        from shardfeed.pipelines.driver import ConvertConfig, TooManyRejectsError, run_convert
+        with _quiet_imports():
+            from shardfeed.pipelines.driver import ConvertConfig, TooManyRejectsError, run_convert
     except ImportError as err:
         if "apache_beam" in str(err) or "shardfeed[beam]" in str(err):
             return fail(BEAM_INSTALL_HINT)

@@ -67,7 +67,11 @@ def bucket_of(shuffle_key: int, unit_bytes: int, target_bytes: int, buckets: int
 
 def plan_shards(totals: Iterable[BucketTotal], target_bytes: int) -> ShardPlan:
     """Pack buckets into ``round(total / target)`` shards (big units each get their own)."""
-    totals = sorted(totals, key=lambda t: t.bucket)
+    # sum any partial totals of one bucket: some runners (Beam's Dask runner) may not fully combine
+    merged: dict[int, BucketTotal] = {}
+    for total in totals:
+        merged[total.bucket] = merged[total.bucket] + total if total.bucket in merged else total
+    totals = [merged[b] for b in sorted(merged)]
     big = [t for t in totals if t.bucket >= BIG_BUCKET_BASE]
     small = [t for t in totals if t.bucket < BIG_BUCKET_BASE]
     small_bytes = sum(t.bytes for t in small)

@@ -177,8 +177,13 @@ def build_shard(
         encoding=options.encoding,
     )
     columns = {f.name: _valid_values(table.column(f.name), f) for f in spec.stored if f.is_numeric}
-    stats = {name: _new_stats(spec[name]).add(values) for name, (values, _) in columns.items()}
-    episodes = _episodes(columns, spec, options.tasks, number, index_start) if episodic else []
+    if episodic:
+        # the shard's stats are its episodes' stats merged in order: every value is summarised once
+        episodes = _episodes(columns, spec, options.tasks, number, index_start)
+        stats = merge_all([e.stats for e in episodes])
+    else:
+        episodes = []
+        stats = {name: _new_stats(spec[name]).add(values) for name, (values, _) in columns.items()}
     if source_episode_ids is not None:
         if len(source_episode_ids) != len(episodes):
             raise ShardfeedError(

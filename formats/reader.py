@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import json
 import os
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -289,8 +290,6 @@ def open_dataset(
 
 
 def _json(data: bytes, source: str) -> Any:
-    import json
-
     try:
         return json.loads(data)
     except ValueError as err:

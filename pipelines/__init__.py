@@ -6,7 +6,7 @@ so ``shardfeed convert`` and ``shardfeed stage`` can tell the user exactly what 
 
 from __future__ import annotations
 
-BEAM_INSTALL_HINT = "this command needs Apache Beam: pip install 'shardfeed[beam]'"
+from shardfeed import BEAM_INSTALL_HINT
 
 try:
     import apache_beam  # noqa: F401

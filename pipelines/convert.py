@@ -8,6 +8,7 @@ runner and worker count.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterable, Sequence
@@ -51,7 +52,6 @@ class PlannedUnit:
 @dataclass(frozen=True)
 class GraphConfig:
     dst: str
-    target_shard_bytes: int
     seed: int
     options: DatasetOptions
     work: str = field(init=False)
@@ -79,18 +79,15 @@ class ScanFile(beam.DoFn):
             yield beam.pvalue.TaggedOutput(REJECTS, reject)
 
 
-def write_rejects(item: tuple[str, Iterable[RejectRecord]], work: str) -> dict[str, int]:
-    """(source file, rejects) -> a sorted JSONL part under the work dir; returns counts by reason."""
+def write_rejects(item: tuple[str, Iterable[RejectRecord]], work: str) -> str:
+    """(source file, rejects) -> a sorted JSONL part under the work dir; returns its name."""
     source, rejects = item
     ordered = sorted(rejects, key=lambda r: (_position_key(r.position), r.reason, r.message))
     name = f"{_stable_name(source)}.jsonl"
     atomic_write_bytes(
         os.path.join(work, "rejects", name), "".join(r.dumps() + "\n" for r in ordered).encode()
     )
-    counts: dict[str, int] = {}
-    for r in ordered:
-        counts[r.reason] = counts.get(r.reason, 0) + 1
-    return counts
+    return name
 
 
 def write_planned_shard(
@@ -179,7 +176,7 @@ class ConvertGraph(beam.PTransform):
         )
         # (bucket, PlannedUnit): a unit's bucket depends only on its key, its size and the total
         keyed = units | "AssignBucket" >> beam.Map(
-            _bucketed, cfg.target_shard_bytes, AsSingleton(total)
+            _bucketed, cfg.options.target_shard_bytes, AsSingleton(total)
         )
         plan = (
             keyed
@@ -190,7 +187,7 @@ class ConvertGraph(beam.PTransform):
             | "SumBuckets" >> beam.CombinePerKey(_sum_totals)
             | "DropKeys" >> beam.Values()
             | "CollectBuckets" >> beam.combiners.ToList()
-            | "PlanShards" >> beam.Map(plan_shards, cfg.target_shard_bytes)
+            | "PlanShards" >> beam.Map(plan_shards, cfg.options.target_shard_bytes)
         )
         # (shard, [PlannedUnit]) -> rows written
         return (
@@ -214,8 +211,6 @@ def _sum_totals(totals: Iterable[BucketTotal]) -> BucketTotal:
 
 
 def _stable_name(text: str) -> str:
-    import hashlib
-
     return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
 
 

@@ -109,12 +109,7 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
         source=os.path.basename(os.path.abspath(config.src).rstrip("/")),
         content_options=config.content_options(kind),
     )
-    graph = GraphConfig(
-        dst=dst,
-        target_shard_bytes=config.target_shard_bytes,
-        seed=config.shuffle_seed,
-        options=options,
-    )
+    graph = GraphConfig(dst=dst, seed=config.shuffle_seed, options=options)
     shutil.rmtree(graph.work, ignore_errors=True)
     pipeline_options = PipelineOptions(list(beam_args))
     with beam.Pipeline(runner=make_runner(pipeline_options), options=pipeline_options) as pipeline:
@@ -141,7 +136,6 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
         published=False,
     )
     if total_in and rejected_units / total_in > config.max_reject_fraction:
-        summary.seconds = time.monotonic() - started
         raise TooManyRejectsError(
             f"{rejected_units} of {total_in} records rejected ({rejected_units / total_in:.2%}) exceeds "
             f"--max-reject-fraction {config.max_reject_fraction:.2%}; nothing was published. "

@@ -9,6 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+#: What commands that need the [beam] extra tell a user who lacks it.
+BEAM_INSTALL_HINT = "this command needs Apache Beam: pip install 'shardfeed[beam]'"
+
 if TYPE_CHECKING:  # pragma: no cover
     from shardfeed.formats.dataset_writer import write_dataset
     from shardfeed.formats.reader import Dataset, open_dataset

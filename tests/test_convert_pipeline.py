@@ -14,7 +14,6 @@ pytest.importorskip("apache_beam")
 
 from shardfeed import open_dataset
 from shardfeed.cli.main import main
-from shardfeed.formats.sources.lerobot import open_lerobot_v30
 from shardfeed.formats.verify import verify_dataset
 
 CORPORA = os.environ.get("SHARDFEED_CORPORA")
@@ -56,7 +55,7 @@ def test_lerobot_v30_frames_equal_their_source(tmp_path, capsys):
     assert len(ds) == 899 and ds.info.total_episodes == 3
     out = ds.read(0, len(ds))
     np.testing.assert_array_equal(out["index"], np.arange(899))
-    source = open_lerobot_v30(src).read_data()
+    source = pq.read_table(src / "data/chunk-000/file-000.parquet")
     episodes = pq.read_table(dst / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
     assert sorted(e["source_episode_index"] for e in episodes) == [0, 1, 2]
     for ep in episodes:

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardfeed import open_dataset, write_dataset
-from shardfeed.formats.sources.lerobot import open_lerobot_v30
+from shardfeed.formats.sources.lerobot import LeRobotSource
 from shardfeed.formats.verify import verify_dataset
 from shardfeed.schemas.features import FeatureSpec
 
@@ -34,30 +34,36 @@ META_FILES = [
 ]
 
 
+def _read_all(source: LeRobotSource, spec: FeatureSpec):
+    """Every episode, in source file order, read with our formats code."""
+    refs = sorted(ref for f in source.files() for ref in source.scan(f, spec).units)
+    return source.read(refs, spec)
+
+
 @pytest.fixture(scope="module")
 def rewritten(tmp_path_factory):
-    source = open_lerobot_v30(REACHY)
-    spec = FeatureSpec(tuple(f for f in source.info.features if f.stored))
+    source = LeRobotSource(REACHY)
+    spec = source.spec()
     out = tmp_path_factory.mktemp("reachy") / "ds"
-    data = source.read_data()
+    data = _read_all(source, spec)
     write_dataset(
         out,
         spec,
         data,
         tasks=source.tasks,
-        fps=source.info.fps,
-        robot_type=source.info.robot_type,
+        fps=source.fps,
+        robot_type=source.robot_type,
         source="lerobot_v30_reachy2_apple_storage",
     )
     return source, data, out
 
 
 def test_reads_their_metadata_and_flags_the_upstream_inconsistency():
-    source = open_lerobot_v30(REACHY)
-    assert source.info.codebase_version == "v3.0"
+    source = LeRobotSource(REACHY)
+    assert source.version == "v3.0"
     assert source.tasks == ["place the apple in the plate"]
-    assert source.data_files == ["data/chunk-000/file-000.parquet"]
-    assert source.read_data().num_rows == 899
+    assert source.files() == ["data/chunk-000/file-000.parquet"]
+    assert _read_all(source, source.spec()).num_rows == 899
     # the published subset keeps the full dataset's total_frames: a real metadata/data disagreement
     assert source.inconsistencies() == ["info.json total_frames=14983 but the data has 899 rows"]
 

@@ -42,10 +42,12 @@ def reader_class(kind: str) -> type:
 
 
 def detect_kind(src: str) -> str:
-    """LeRobot by meta/info.json; JSONL by suffix; an image folder by class dirs of images."""
+    """LeRobot by meta/info.json codebase_version; JSONL by suffix; an image folder by class dirs of images."""
     if not os.path.exists(src):
         raise ShardfeedError(f"{src}: no such file or directory")
-    if os.path.isfile(os.path.join(src, "meta", "info.json")):
+    from shardfeed.formats.sources.lerobot import lerobot_codebase_version
+
+    if os.path.isdir(src) and lerobot_codebase_version(src) is not None:
         return "lerobot"
     if os.path.isfile(src):
         if src.endswith(_JSONL_SUFFIXES):

@@ -1,16 +1,13 @@
 """LeRobot sources: read v2.1 and v3.0 datasets in place, by episode.
 
-Two readers live here:
-
-- :class:`LeRobotSource` (kind ``lerobot``) is the :class:`~shardfeed.formats.sources.base.SourceReader`
-  the conversion pipeline uses. It dispatches on ``meta/info.json``'s ``codebase_version`` (``v2.1``
-  metadata is parsed by :mod:`shardfeed.formats.sources.lerobot_v21`). Its units are whole episodes:
-  ``files()`` are the data Parquet files, ``scan`` yields one :class:`UnitRef` per episode found in a
-  file (rejecting episodes whose rows disagree with the episode metadata), and ``read`` returns the
-  rows of some episodes, in the order asked, conformed to the spec.
-- :class:`LeRobotV30Source` (``open_lerobot_v30``) is a small whole-table v3.0 reader, used by the
-  conformance tests. It never trusts totals: ``inconsistencies()`` lists where ``info.json``
-  disagrees with the data (a published Reachy2 subset claims 14,983 frames and holds 899).
+:class:`LeRobotSource` (kind ``lerobot``) is the :class:`~shardfeed.formats.sources.base.SourceReader`
+the conversion pipeline uses. It dispatches on ``meta/info.json``'s ``codebase_version`` (``v2.1``
+metadata is parsed by :mod:`shardfeed.formats.sources.lerobot_v21`). Its units are whole episodes:
+``files()`` are the data Parquet files, ``scan`` yields one :class:`UnitRef` per episode found in a
+file (rejecting episodes whose rows disagree with the episode metadata), and ``read`` returns the
+rows of some episodes, in the order asked, conformed to the spec. It never trusts totals:
+``inconsistencies()`` lists where ``info.json`` disagrees with the data (a published Reachy2 subset
+claims 14,983 frames and holds 899).
 
 Videos: MP4 re-muxing is not implemented yet. A video feature whose MP4 files are all absent is
 dropped with a note; ``drop_videos=True`` drops every video feature with a note; a video feature with
@@ -27,7 +24,6 @@ import struct
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any, ClassVar
 
 import numpy as np
@@ -45,7 +41,7 @@ from shardfeed.formats.storage import Location, locate
 from shardfeed.schemas.errors import SchemaError, ShardfeedError, UnsafePathError
 from shardfeed.schemas.features import Feature, FeatureSpec
 from shardfeed.schemas.info import Info
-from shardfeed.schemas.paths import check_relative_path, resolve_within
+from shardfeed.schemas.paths import check_relative_path
 from shardfeed.schemas.rejects import RejectRecord
 
 SUPPORTED_VERSIONS = ("v2.1", "v3.0")
@@ -66,101 +62,6 @@ def tasks_from_table(table: pa.Table, source: str = TASKS_PATH) -> list[str]:
     if [i for i, _ in pairs] != list(range(len(pairs))):
         raise SchemaError(f"{source}.task_index", "task indices are not 0..n-1")
     return [task for _, task in pairs]
-
-
-@dataclass(frozen=True)
-class LeRobotV30Source:
-    root: str
-    info: Info
-
-    @cached_property
-    def data_files(self) -> list[str]:
-        """Relative data file paths in LeRobot's order (chunk, then file), as its reader globs them."""
-        return self._glob("data")
-
-    @cached_property
-    def episode_files(self) -> list[str]:
-        return self._glob("meta/episodes")
-
-    def _glob(self, directory: str) -> list[str]:
-        base = os.path.join(self.root, directory)
-        if not os.path.isdir(base):
-            return []
-        out = []
-        for chunk in sorted(os.listdir(base)):
-            chunk_dir = os.path.join(base, chunk)
-            if os.path.isdir(chunk_dir):
-                out += [
-                    f"{directory}/{chunk}/{name}"
-                    for name in sorted(os.listdir(chunk_dir))
-                    if name.endswith(".parquet")
-                ]
-        return out
-
-    def _path(self, rel: str) -> str:
-        return resolve_within(self.root, rel, rel)
-
-    @cached_property
-    def tasks(self) -> list[str]:
-        """Task strings ordered by task_index (the string is the pandas index, or a ``task`` column)."""
-        return tasks_from_table(pq.read_table(self._path(TASKS_PATH)))
-
-    def read_episodes(self) -> pa.Table:
-        return (
-            pa.concat_tables([pq.read_table(self._path(f)) for f in self.episode_files])
-            if self.episode_files
-            else pa.table({})
-        )
-
-    def read_data(self, columns: list[str] | None = None) -> pa.Table:
-        """All data rows in file order (schema unified across files by Arrow's default promotion)."""
-        if not self.data_files:
-            raise ShardfeedError(f"{self.root}: no data/*/*.parquet files")
-        tables = [pq.read_table(self._path(f), columns=columns) for f in self.data_files]
-        return pa.concat_tables(
-            [t.replace_schema_metadata(None) for t in tables], promote_options="default"
-        )
-
-    def inconsistencies(
-        self, data: pa.Table | None = None, episodes: pa.Table | None = None
-    ) -> list[str]:
-        """Human-readable disagreements between info.json, episode metadata and the data."""
-        data = data if data is not None else self.read_data(columns=["episode_index"])
-        episodes = episodes if episodes is not None else self.read_episodes()
-        problems = []
-        if self.info.total_frames != data.num_rows:
-            problems.append(
-                f"info.json total_frames={self.info.total_frames} but the data has {data.num_rows} rows"
-            )
-        if self.info.total_episodes != episodes.num_rows:
-            problems.append(
-                f"info.json total_episodes={self.info.total_episodes} but meta/episodes has {episodes.num_rows} rows"
-            )
-        if self.info.total_tasks != len(self.tasks):
-            problems.append(
-                f"info.json total_tasks={self.info.total_tasks} but tasks.parquet has {len(self.tasks)}"
-            )
-        if episodes.num_rows and "length" in episodes.column_names:
-            total = sum(episodes.column("length").to_pylist())
-            if total != data.num_rows:
-                problems.append(
-                    f"episode lengths sum to {total} but the data has {data.num_rows} rows"
-                )
-        return problems
-
-
-def open_lerobot_v30(path: str | os.PathLike[str]) -> LeRobotV30Source:
-    """Open a LeRobot v3.0 dataset directory; info.json must parse strictly."""
-    root = os.path.abspath(os.fspath(path))
-    info_path = resolve_within(root, INFO_PATH, INFO_PATH)
-    try:
-        with open(info_path, encoding="utf-8") as handle:
-            obj = json.load(handle)
-    except FileNotFoundError:
-        raise ShardfeedError(f"{root}: no {INFO_PATH}; not a LeRobot dataset") from None
-    except ValueError as err:
-        raise SchemaError("<root>", f"not valid JSON ({err})", source=info_path) from None
-    return LeRobotV30Source(root, Info.from_json(obj, source=info_path))
 
 
 def lerobot_codebase_version(

@@ -7,10 +7,9 @@ import contextlib
 import logging
 import sys
 
+from shardfeed import BEAM_INSTALL_HINT
 from shardfeed.cli._common import EXIT_FAILED, EXIT_OK, fail, print_json
 from shardfeed.schemas.units import format_size, parse_size
-
-BEAM_INSTALL_HINT = "this command needs Apache Beam: pip install 'shardfeed[beam]'"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

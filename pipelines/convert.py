@@ -1,9 +1,10 @@
-"""The conversion graph: scan files into unit references, plan shards over stable-hash buckets,
-and let each shard writer read its own units. Payload bytes never cross a Beam shuffle.
+"""The conversion graphs. Payload bytes never cross a Beam shuffle, and no stage needs a side input,
+so every runner (in-process, Dask, Flink, ...) sees the same plain Map/GroupByKey graph.
 
-Element shapes between stages are noted in comments. The driver publishes afterwards: it reads the
-per-shard sidecars in shard order, so stats, episodes and the manifest are byte-identical on any
-runner and worker count.
+1. ``ScanFiles``: source file -> its unit table, bucket totals and rejects, written under the work dir.
+2. The driver reads the small totals and plans shards (``shardfeed.planning.shard_plan``).
+3. ``WriteShards``: unit table -> (shard, unit) -> GroupByKey -> each shard writer reads its own units
+   from the source, writes the shard and a JSON sidecar. The driver publishes from the sidecars.
 """
 
 from __future__ import annotations
@@ -13,40 +14,20 @@ import json
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
-from apache_beam.pvalue import AsSingleton
 
 from shardfeed.formats.atomic import atomic_write_bytes
 from shardfeed.formats.publish import DatasetOptions, build_shard
-from shardfeed.formats.sources.base import SourceReader, UnitRef
-from shardfeed.planning.shard_plan import (
-    BucketTotal,
-    ShardPlan,
-    bucket_of,
-    num_buckets,
-    plan_shards,
-)
+from shardfeed.formats.sources.base import SourceReader
+from shardfeed.formats.unit_table import KeyedUnit, read_units, write_totals, write_units
+from shardfeed.planning.shard_plan import ShardPlan, bucket_of
 from shardfeed.schemas.features import FeatureSpec
-from shardfeed.schemas.rejects import RejectRecord
 from shardfeed.transforms.hashing import shuffle_key
 
 WORK_DIR = ".shardfeed-work"  # under DST while a run is in flight; removed after publishing
-REJECTS = "rejects"
-
-
-@dataclass(frozen=True)
-class PlannedUnit:
-    """A unit reference with its stable shuffle key (the sort key inside a shard)."""
-
-    key: int
-    ref: UnitRef
-
-    def sort_key(self) -> tuple[int, str, int]:
-        return (self.key, self.ref.file, self.ref.position)
 
 
 @dataclass(frozen=True)
@@ -59,39 +40,43 @@ class GraphConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "work", os.path.join(self.dst, WORK_DIR))
 
-
-class ScanFile(beam.DoFn):
-    """file path -> PlannedUnit..., and RejectRecord on the ``rejects`` output."""
-
-    def __init__(self, source: SourceReader, seed: int) -> None:
-        self.source = source
-        self.seed = seed
-
-    def process(self, file: str, spec: FeatureSpec) -> Iterable[Any]:
-        result = self.source.scan(file, spec)
-        beam.metrics.Metrics.counter("shardfeed", "files").inc()
-        beam.metrics.Metrics.counter("shardfeed", "units").inc(len(result.units))
-        for ref in result.units:
-            yield PlannedUnit(
-                shuffle_key(self.seed, ref.content_hash, f"{ref.file}:{ref.position}"), ref
-            )
-        for reject in result.rejects:
-            yield beam.pvalue.TaggedOutput(REJECTS, reject)
+    def part(self, kind: str, source_file: str, suffix: str) -> str:
+        """Work path of one source file's part (units, totals, rejects), named by a stable hash."""
+        name = hashlib.blake2b(source_file.encode(), digest_size=12).hexdigest()
+        return os.path.join(self.work, kind, name + suffix)
 
 
-def write_rejects(item: tuple[str, Iterable[RejectRecord]], work: str) -> str:
-    """(source file, rejects) -> a sorted JSONL part under the work dir; returns its name."""
-    source, rejects = item
-    ordered = sorted(rejects, key=lambda r: (_position_key(r.position), r.reason, r.message))
-    name = f"{_stable_name(source)}.jsonl"
-    atomic_write_bytes(
-        os.path.join(work, "rejects", name), "".join(r.dumps() + "\n" for r in ordered).encode()
-    )
-    return name
+def scan_file(file: str, source: SourceReader, spec: FeatureSpec, config: GraphConfig) -> str:
+    """source file -> its unit table, bucket totals and (if any) sorted rejects; returns ``file``."""
+    result = source.scan(file, spec)
+    target = config.options.target_shard_bytes
+    units = []
+    for ref in result.units:
+        key = shuffle_key(config.seed, ref.content_hash, f"{ref.file}:{ref.position}")
+        units.append(KeyedUnit(key, bucket_of(key, ref.payload_bytes, target), ref))
+    write_units(config.part("units", file, ".parquet"), units)
+    write_totals(config.part("totals", file, ".parquet"), units)
+    if result.rejects:
+        ordered = sorted(
+            result.rejects, key=lambda r: (_position_key(r.position), r.reason, r.message)
+        )
+        body = "".join(r.dumps() + "\n" for r in ordered).encode()
+        atomic_write_bytes(config.part("rejects", file, ".jsonl"), body)
+    beam.metrics.Metrics.counter("shardfeed", "files").inc()
+    beam.metrics.Metrics.counter("shardfeed", "units").inc(len(units))
+    return file
+
+
+def keyed_by_shard(
+    file: str, plan: ShardPlan, config: GraphConfig
+) -> Iterable[tuple[int, KeyedUnit]]:
+    """source file -> (shard, unit) for each of its units, from its unit table."""
+    for unit in read_units(config.part("units", file, ".parquet")):
+        yield plan.shard_of[unit.bucket], unit
 
 
 def write_planned_shard(
-    item: tuple[int, Iterable[PlannedUnit]],
+    item: tuple[int, Iterable[KeyedUnit]],
     source: SourceReader,
     spec: FeatureSpec,
     plan: ShardPlan,
@@ -99,7 +84,7 @@ def write_planned_shard(
 ) -> int:
     """(shard number, units) -> the shard file under DST plus its JSON sidecar; returns rows."""
     number, units = item
-    ordered = sorted(units, key=PlannedUnit.sort_key)
+    ordered = sorted(units, key=KeyedUnit.sort_key)
     table = source.read([u.ref for u in ordered], spec)
     table = renumber(
         table, spec, [u.ref.rows for u in ordered], plan.row_start[number], plan.unit_start[number]
@@ -140,78 +125,45 @@ def renumber(
         columns["episode_index"] = pa.array(ids)
     for name, array in columns.items():
         position = table.schema.get_field_index(name)
-        table = table.set_column(
-            position, table.schema.field(position), array.cast(table.schema.field(position).type)
-        )
+        field_ = table.schema.field(position)
+        table = table.set_column(position, field_, array.cast(field_.type))
     return table
 
 
-class ConvertGraph(beam.PTransform):
-    """files -> written shards: scan, plan over buckets, write each shard from its own references."""
+class ScanFiles(beam.PTransform):
+    """file paths -> the same paths, once each file's units, totals and rejects are written."""
 
     def __init__(self, source: SourceReader, spec: FeatureSpec, config: GraphConfig) -> None:
         super().__init__()
-        self.source = source
-        self.spec = spec
-        self.config = config
+        self.source, self.spec, self.config = source, spec, config
 
     def expand(self, files: beam.PCollection) -> beam.PCollection:
-        cfg, source = self.config, self.source
-        spec = files.pipeline | "Spec" >> beam.Create([self.spec])
-        scanned = files | "ScanFiles" >> beam.ParDo(
-            ScanFile(source, cfg.seed), AsSingleton(spec)
-        ).with_outputs(REJECTS, main="units")
-        # rejects: RejectRecord -> (file, [RejectRecord]) -> counts by reason, one JSONL part per file
-        _ = (
-            scanned[REJECTS]
-            | "KeyRejectsByFile" >> beam.Map(lambda r: (r.source, r))
-            | "GroupRejects" >> beam.GroupByKey()
-            | "WriteRejects" >> beam.Map(write_rejects, cfg.work)
-        )
-        units = scanned["units"]  # PlannedUnit
-        total = (
-            units
-            | "UnitBytes" >> beam.Map(lambda u: u.ref.payload_bytes)
-            | "TotalBytes" >> beam.CombineGlobally(sum)
-        )
-        # (bucket, PlannedUnit): a unit's bucket depends only on its key, its size and the total
-        keyed = units | "AssignBucket" >> beam.Map(
-            _bucketed, cfg.options.target_shard_bytes, AsSingleton(total)
-        )
-        plan = (
-            keyed
-            | "BucketTotals"
-            >> beam.Map(
-                lambda kv: (kv[0], BucketTotal(kv[0], 1, kv[1].ref.rows, kv[1].ref.payload_bytes))
-            )
-            | "SumBuckets" >> beam.CombinePerKey(_sum_totals)
-            | "DropKeys" >> beam.Values()
-            | "CollectBuckets" >> beam.combiners.ToList()
-            | "PlanShards" >> beam.Map(plan_shards, cfg.options.target_shard_bytes)
-        )
-        # (shard, [PlannedUnit]) -> rows written
         return (
-            keyed
-            | "KeyByShard" >> beam.Map(lambda kv, p: (p.shard_of[kv[0]], kv[1]), AsSingleton(plan))
-            | "GroupByShard" >> beam.GroupByKey()
-            | "WriteShards"
-            >> beam.Map(write_planned_shard, source, AsSingleton(spec), AsSingleton(plan), cfg)
+            files
+            | "Spread" >> beam.Reshuffle()
+            | "Scan" >> beam.Map(scan_file, self.source, self.spec, self.config)
         )
 
 
-def _bucketed(unit: PlannedUnit, target: int, total: int) -> tuple[int, PlannedUnit]:
-    return bucket_of(unit.key, unit.ref.payload_bytes, target, num_buckets(total, target)), unit
+class WriteShards(beam.PTransform):
+    """file paths -> rows written per shard: each shard is written from its own unit references."""
 
+    def __init__(
+        self, source: SourceReader, spec: FeatureSpec, plan: ShardPlan, config: GraphConfig
+    ) -> None:
+        super().__init__()
+        self.source, self.spec, self.plan, self.config = source, spec, plan, config
 
-def _sum_totals(totals: Iterable[BucketTotal]) -> BucketTotal:
-    out = None
-    for t in totals:
-        out = t if out is None else out + t
-    return out
-
-
-def _stable_name(text: str) -> str:
-    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+    def expand(self, files: beam.PCollection) -> beam.PCollection:
+        return (
+            files
+            # (shard, KeyedUnit): small references only
+            | "KeyByShard" >> beam.FlatMap(keyed_by_shard, self.plan, self.config)
+            | "GroupByShard" >> beam.GroupByKey()
+            # (shard, [KeyedUnit]) -> rows written
+            | "WriteShard"
+            >> beam.Map(write_planned_shard, self.source, self.spec, self.plan, self.config)
+        )
 
 
 def _position_key(position: str) -> tuple[str, int, str]:

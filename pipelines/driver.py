@@ -10,19 +10,24 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import apache_beam as beam
+import numpy as np
+import pyarrow as pa
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.runner import PipelineState
 
 from shardfeed.formats.meta_writer import file_record
 from shardfeed.formats.publish import DatasetOptions, ShardOutcome, prepare_root, publish
 from shardfeed.formats.shard_writer import DEFAULT_ROW_GROUP_BYTES
 from shardfeed.formats.sources import open_source
-from shardfeed.pipelines.convert import WORK_DIR, ConvertGraph, GraphConfig
+from shardfeed.formats.unit_table import read_totals
+from shardfeed.pipelines.convert import WORK_DIR, GraphConfig, ScanFiles, WriteShards
 from shardfeed.pipelines.runners import make_runner
+from shardfeed.planning.shard_plan import BucketTotal, plan_shards, totals_from_arrays
 from shardfeed.schemas.errors import ShardfeedError
 from shardfeed.schemas.manifest import MANIFEST_PATH, Rejects
 from shardfeed.schemas.rejects import RejectRecord
@@ -111,37 +116,43 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
     )
     graph = GraphConfig(dst=dst, seed=config.shuffle_seed, options=options)
     shutil.rmtree(graph.work, ignore_errors=True)
+    files = source.files()
     pipeline_options = PipelineOptions(list(beam_args))
-    with beam.Pipeline(runner=make_runner(pipeline_options), options=pipeline_options) as pipeline:
-        _ = (
-            pipeline
-            | "ListFiles" >> beam.Create(source.files())
-            | "Convert" >> ConvertGraph(source, spec, graph)
-        )
-    outcomes = _read_outcomes(graph.work)
-    rejects, reject_counts = _collect_rejects(graph.work)
-    samples_out = sum(o.record.rows for o in outcomes)
-    rejected_units = sum(reject_counts.values())
-    total_in = samples_out + rejected_units
-    summary = ConvertSummary(
-        dst=dst,
-        samples_in=total_in,
-        samples_out=samples_out,
-        shards=len(outcomes),
-        rejects=reject_counts,
-        payload_bytes=sum(o.record.payload_bytes for o in outcomes),
-        bytes=sum(o.record.bytes for o in outcomes),
-        seconds=0.0,
-        notes=list(meta.notes),
-        published=False,
+
+    # 1. scan: every file's unit table, bucket totals and rejects land under the work dir
+    _run(
+        pipeline_options,
+        lambda p: (
+            p | "ListFiles" >> beam.Create(files) | "ScanFiles" >> ScanFiles(source, spec, graph)
+        ),
     )
-    if total_in and rejected_units / total_in > config.max_reject_fraction:
+    reject_names, reject_counts = _collect_rejects(graph.work)
+    rejected_units = sum(reject_counts.values())
+    # 2. plan on the driver from the small per-file totals
+    plan = plan_shards(_read_totals(graph, files), config.target_shard_bytes)
+    total_units = sum(plan.units) + rejected_units
+    if total_units and rejected_units / total_units > config.max_reject_fraction:
         raise TooManyRejectsError(
-            f"{rejected_units} of {total_in} records rejected ({rejected_units / total_in:.2%}) exceeds "
+            f"{rejected_units} of {total_units} records rejected ({rejected_units / total_units:.2%}) exceeds "
             f"--max-reject-fraction {config.max_reject_fraction:.2%}; nothing was published. "
             f"Reasons: {dict(sorted(reject_counts.items()))}. Reject details are in {graph.work}/rejects/"
         )
-    extra = _move_rejects(dst, graph.work, rejects)
+    # 3. write: each shard writer reads its own units; payloads never cross the shuffle
+    if plan.num_shards:
+        _run(
+            pipeline_options,
+            lambda p: (
+                p
+                | "ListFiles" >> beam.Create(files)
+                | "WriteShards" >> WriteShards(source, spec, plan, graph)
+            ),
+        )
+    outcomes = _read_outcomes(graph.work)
+    if len(outcomes) != plan.num_shards:
+        raise ShardfeedError(
+            f"the runner wrote {len(outcomes)} of {plan.num_shards} planned shards; nothing was published"
+        )
+    extra = _move_rejects(dst, graph.work, reject_names)
     publish(
         dst,
         spec,
@@ -151,9 +162,50 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
         extra_files=extra,
     )
     shutil.rmtree(graph.work, ignore_errors=True)
-    summary.published = True
-    summary.seconds = time.monotonic() - started
-    return summary
+    samples_out = sum(o.record.rows for o in outcomes)
+    return ConvertSummary(
+        dst=dst,
+        samples_in=samples_out + rejected_units,
+        samples_out=samples_out,
+        shards=len(outcomes),
+        rejects=reject_counts,
+        payload_bytes=sum(o.record.payload_bytes for o in outcomes),
+        bytes=sum(o.record.bytes for o in outcomes),
+        seconds=time.monotonic() - started,
+        notes=list(meta.notes),
+        published=True,
+    )
+
+
+def _run(options: PipelineOptions, build: Callable[[beam.Pipeline], object]) -> None:
+    """Build and run one pipeline to completion; close a Dask client the runner opened."""
+    pipeline = beam.Pipeline(runner=make_runner(options), options=options)
+    build(pipeline)
+    result = pipeline.run()
+    try:
+        state = result.wait_until_finish()
+    finally:
+        client = getattr(result, "client", None)  # DaskRunnerResult holds its distributed.Client
+        if client is not None:
+            client.close()
+    if state is not None and state != PipelineState.DONE:
+        raise ShardfeedError(f"the Beam pipeline ended in state {state}; nothing was published")
+
+
+def _read_totals(graph: GraphConfig, files: Sequence[str]) -> list[BucketTotal]:
+    """Merge every file's bucket totals (numpy; memory bounded by the bucket count)."""
+    tables = [read_totals(graph.part("totals", f, ".parquet")) for f in files]
+    if not tables:
+        return []
+    merged = pa.concat_tables(tables)
+    buckets = merged.column("bucket").to_numpy()
+    ids, inverse = np.unique(buckets, return_inverse=True)
+    sums = []
+    for name in ("units", "rows", "bytes"):
+        out = np.zeros(len(ids), dtype=np.int64)
+        np.add.at(out, inverse, merged.column(name).to_numpy())
+        sums.append(out)
+    return totals_from_arrays(ids, *sums)
 
 
 def _infer(source) -> Any:

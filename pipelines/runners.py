@@ -2,13 +2,19 @@
 
 Beam's ``DirectRunner`` first tries Prism, which downloads a binary from GitHub. shardfeed runs the
 in-process FnApiRunner instead (it honours ``--direct_running_mode`` and ``--direct_num_workers``),
-and maps ``--runner=dask`` to Beam's DaskRunner.
+and maps ``--runner=dask`` to Beam's DaskRunner (``dask_args`` adds a scheduler address, or
+starts a ``distributed.LocalCluster`` for the run).
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator, Sequence
+
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.runner import PipelineRunner
+
+from shardfeed.schemas.errors import ShardfeedError
 
 LOCAL_RUNNERS = {None, "", "direct", "directrunner", "fnapirunner"}
 DASK_RUNNERS = {"dask", "daskrunner"}
@@ -37,3 +43,40 @@ def _local_runner(options: PipelineOptions) -> PipelineRunner:
         beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)
     )
     return fn_runner.FnApiRunner(provision_info=provision)
+
+
+@contextlib.contextmanager
+def dask_args(
+    beam_args: Sequence[str], address: str | None, local_workers: int | None
+) -> Iterator[list[str]]:
+    """Beam flags for ``--runner=dask``: an existing scheduler, or a LocalCluster started here."""
+    args = list(beam_args)
+    if address is None and local_workers is None:
+        yield args
+        return
+    if not any(a.lower() in ("--runner=dask", "--runner=daskrunner") for a in args):
+        args.append("--runner=dask")
+    if address is not None:
+        yield [*args, f"--dask_client_address={address}"]
+        return
+    try:
+        from distributed import LocalCluster
+    except ImportError:
+        raise ShardfeedError(
+            "--dask-local-workers needs Dask: pip install 'shardfeed[dask]'"
+        ) from None
+    with LocalCluster(
+        n_workers=local_workers, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        try:
+            yield [*args, f"--dask_client_address={cluster.scheduler_address}"]
+        finally:
+            _close_default_client()
+
+
+def _close_default_client() -> None:
+    """Close the client Beam's DaskRunner opened, before its cluster goes away (no reconnect noise)."""
+    from distributed import get_client
+
+    with contextlib.suppress(ValueError):  # no client was opened
+        get_client().close()

@@ -114,6 +114,17 @@ def test_jsonl_is_balanced_and_deterministic_across_running_modes(tmp_path):
     assert not (one / ".shardfeed-work").exists()
 
 
+def test_dask_local_cluster_gives_byte_identical_output(tmp_path):
+    pytest.importorskip("distributed")
+    src = _jsonl_corpus(tmp_path / "src", n=1500, bad=2)
+    local, dask = tmp_path / "local", tmp_path / "dask"
+    args = ["--target-shard-size", "80KB", "--max-reject-fraction", "0.1"]
+    assert main(["convert", str(src), str(local), *args]) == 0
+    assert main(["convert", str(src), str(dask), *args, "--dask-local-workers", "2"]) == 0
+    assert _tree(local) == _tree(dask)
+    assert len(open_dataset(dask).shards) >= 5
+
+
 def test_bad_records_become_rejects_and_the_threshold_publishes_nothing(tmp_path, capsys):
     src = _jsonl_corpus(tmp_path / "src", n=200, bad=4)
     dst = tmp_path / "dst"

@@ -10,16 +10,14 @@ from shardfeed.planning.shard_plan import (
     BIG_BUCKET_BASE,
     BucketTotal,
     bucket_of,
-    num_buckets,
     plan_shards,
 )
 
 
 def _totals(sizes: np.ndarray, keys: np.ndarray, target: int) -> dict[int, BucketTotal]:
-    buckets = num_buckets(int(sizes.sum()), target)
     out: dict[int, BucketTotal] = {}
     for key, size in zip(keys.tolist(), sizes.tolist(), strict=True):
-        b = bucket_of(key, size, target, buckets)
+        b = bucket_of(key, size, target)
         t = BucketTotal(b, 1, 1, size)
         out[b] = out[b] + t if b in out else t
     return out

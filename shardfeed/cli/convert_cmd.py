@@ -64,6 +64,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--text-field", default="text", help="JSONL: the required text field (default 'text')"
     )
     parser.add_argument(
+        "--dask-address",
+        metavar="ADDR",
+        help="run on Beam's DaskRunner against this Dask scheduler (implies --runner=dask)",
+    )
+    parser.add_argument(
+        "--dask-local-workers",
+        type=int,
+        metavar="N",
+        help="run on Beam's DaskRunner with a distributed.LocalCluster of N worker processes",
+    )
+    parser.add_argument(
         "--overwrite", action="store_true", help="replace a published dataset at DST"
     )
     parser.add_argument("--json", action="store_true", help="print the end-of-run summary as JSON")
@@ -86,6 +97,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     try:
         with _quiet_imports():
             from shardfeed.pipelines.driver import ConvertConfig, TooManyRejectsError, run_convert
+            from shardfeed.pipelines.runners import dask_args
     except ImportError as err:
         if "apache_beam" in str(err) or "shardfeed[beam]" in str(err):
             return fail(BEAM_INSTALL_HINT)
@@ -107,7 +119,8 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         source_options=source_options,
     )
     try:
-        summary = run_convert(config, beam_args)
+        with dask_args(beam_args, args.dask_address, args.dask_local_workers) as runner_args:
+            summary = run_convert(config, runner_args)
     except TooManyRejectsError as err:
         return fail(str(err))
     if args.json:

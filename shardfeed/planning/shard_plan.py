@@ -1,10 +1,11 @@
-"""Shuffled shard planning over stable-hash micro-buckets: memory grows with shards, not samples.
+"""Shuffled shard planning over stable-hash micro-buckets: memory is bounded by the bucket count,
+never by the sample count.
 
-Every unit (a sample, or a whole episode) falls into one of ``num_buckets`` buckets by its stable
+Every unit (a sample, or a whole episode) falls into one of ``FINE_BUCKETS`` buckets by its stable
 shuffle key. Only per-bucket totals reach the planner, which packs buckets into shards largest first
-onto the lightest shard (LPT). With a few hundred buckets per shard a shard's deviation from the mean
-is a fraction of one bucket, i.e. well under 1%. Units larger than the target shard are planned alone.
-Every choice breaks ties on stable keys, so the plan is identical on every runner.
+onto the lightest shard (LPT). With hundreds of buckets per shard a shard's deviation from the mean is
+a fraction of one bucket. Units larger than the target shard are planned alone. Every choice breaks
+ties on stable keys, so the plan is identical on every runner.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from shardfeed.planning.partition import num_parts_for
 
-BUCKETS_PER_SHARD = 256
+FINE_BUCKETS = 1 << 20  # fixed, so a unit's bucket is known while scanning, before any total
 BIG_BUCKET_BASE = 1 << 62  # bucket ids at or above this hold exactly one oversized unit
 
 
@@ -54,11 +57,9 @@ class ShardPlan:
         return len(self.rows)
 
 
-def num_buckets(total_bytes: int, target_bytes: int, per_shard: int = BUCKETS_PER_SHARD) -> int:
-    return num_parts_for(total_bytes, target_bytes) * per_shard
-
-
-def bucket_of(shuffle_key: int, unit_bytes: int, target_bytes: int, buckets: int) -> int:
+def bucket_of(
+    shuffle_key: int, unit_bytes: int, target_bytes: int, buckets: int = FINE_BUCKETS
+) -> int:
     """A unit's bucket: its own big bucket when it exceeds the target, else by shuffle key."""
     if unit_bytes > target_bytes:
         return BIG_BUCKET_BASE + (shuffle_key % BIG_BUCKET_BASE)
@@ -66,8 +67,10 @@ def bucket_of(shuffle_key: int, unit_bytes: int, target_bytes: int, buckets: int
 
 
 def plan_shards(totals: Iterable[BucketTotal], target_bytes: int) -> ShardPlan:
-    """Pack buckets into ``round(total / target)`` shards (big units each get their own)."""
-    # sum any partial totals of one bucket: some runners (Beam's Dask runner) may not fully combine
+    """Pack buckets into ``round(total / target)`` shards (big units each get their own).
+
+    Partial totals of one bucket are summed first, so callers may pass per-file totals directly.
+    """
     merged: dict[int, BucketTotal] = {}
     for total in totals:
         merged[total.bucket] = merged[total.bucket] + total if total.bucket in merged else total
@@ -75,8 +78,7 @@ def plan_shards(totals: Iterable[BucketTotal], target_bytes: int) -> ShardPlan:
     big = [t for t in totals if t.bucket >= BIG_BUCKET_BASE]
     small = [t for t in totals if t.bucket < BIG_BUCKET_BASE]
     small_bytes = sum(t.bytes for t in small)
-    n_small = num_parts_for(small_bytes, target_bytes) if small else 0
-    n_small = min(n_small, len(small))
+    n_small = min(num_parts_for(small_bytes, target_bytes), len(small)) if small else 0
     # LPT: largest bucket first onto the lightest shard; ties by bucket id and shard number
     heap = [(0, shard) for shard in range(n_small)]
     shard_of: dict[int, int] = {}
@@ -94,6 +96,15 @@ def plan_shards(totals: Iterable[BucketTotal], target_bytes: int) -> ShardPlan:
         units[shard] += total.units
         nbytes[shard] += total.bytes
     return ShardPlan(shard_of, tuple(rows), tuple(units), tuple(nbytes))
+
+
+def totals_from_arrays(
+    buckets: np.ndarray, units: np.ndarray, rows: np.ndarray, nbytes: np.ndarray
+) -> list[BucketTotal]:
+    return [
+        BucketTotal(int(b), int(u), int(r), int(s))
+        for b, u, r, s in zip(buckets, units, rows, nbytes, strict=True)
+    ]
 
 
 def _prefix(values: tuple[int, ...]) -> tuple[int, ...]:

@@ -1,0 +1,119 @@
+"""Work files of a conversion: each source file's unit references and bucket totals, as Parquet.
+
+The scan stage writes one unit table per source file; the driver reads only the small totals tables
+to plan; the write stage reads unit tables back. Locators are stored as JSON text (they are small).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from shardfeed.formats.atomic import atomic_write_bytes
+from shardfeed.formats.sources.base import UnitRef
+
+UNIT_SCHEMA = pa.schema(
+    [
+        ("file", pa.string()),
+        ("position", pa.int64()),
+        ("rows", pa.int64()),
+        ("payload_bytes", pa.int64()),
+        ("content_hash", pa.string()),
+        ("locator", pa.string()),
+        ("key", pa.uint64()),
+        ("bucket", pa.uint64()),
+    ]
+)
+TOTALS_SCHEMA = pa.schema(
+    [("bucket", pa.uint64()), ("units", pa.int64()), ("rows", pa.int64()), ("bytes", pa.int64())]
+)
+
+
+@dataclass(frozen=True)
+class KeyedUnit:
+    """A unit reference with its shuffle key and bucket (both stable across runs)."""
+
+    key: int
+    bucket: int
+    ref: UnitRef
+
+    def sort_key(self) -> tuple[int, str, int]:
+        return (self.key, self.ref.file, self.ref.position)
+
+
+def write_units(path: str, units: Sequence[KeyedUnit]) -> None:
+    """Write units in source order (file, position) as Parquet, atomically."""
+    ordered = sorted(units, key=lambda u: (u.ref.file, u.ref.position))
+    table = pa.table(
+        [
+            pa.array([u.ref.file for u in ordered], pa.string()),
+            pa.array([u.ref.position for u in ordered], pa.int64()),
+            pa.array([u.ref.rows for u in ordered], pa.int64()),
+            pa.array([u.ref.payload_bytes for u in ordered], pa.int64()),
+            pa.array([u.ref.content_hash for u in ordered], pa.string()),
+            pa.array(
+                [json.dumps(list(u.ref.locator), separators=(",", ":")) for u in ordered],
+                pa.string(),
+            ),
+            pa.array([u.key for u in ordered], pa.uint64()),
+            pa.array([u.bucket for u in ordered], pa.uint64()),
+        ],
+        schema=UNIT_SCHEMA,
+    )
+    _write(path, table)
+
+
+def read_units(path: str) -> list[KeyedUnit]:
+    table = pq.read_table(path, schema=UNIT_SCHEMA)
+    cols = {name: table.column(name).to_pylist() for name in UNIT_SCHEMA.names}
+    return [
+        KeyedUnit(
+            key, bucket, UnitRef(file, position, rows, size, digest, tuple(json.loads(locator)))
+        )
+        for file, position, rows, size, digest, locator, key, bucket in zip(
+            *(cols[n] for n in UNIT_SCHEMA.names), strict=True
+        )
+    ]
+
+
+def write_totals(path: str, units: Sequence[KeyedUnit]) -> None:
+    """Per-bucket (units, rows, bytes) of one file's units, sorted by bucket."""
+    buckets = np.array([u.bucket for u in units], dtype=np.uint64)
+    rows = np.array([u.ref.rows for u in units], dtype=np.int64)
+    sizes = np.array([u.ref.payload_bytes for u in units], dtype=np.int64)
+    ids, inverse = np.unique(buckets, return_inverse=True)
+    table = pa.table(
+        [
+            pa.array(ids, pa.uint64()),
+            pa.array(np.bincount(inverse, minlength=len(ids)).astype(np.int64)),
+            pa.array(_exact_sums(inverse, rows, len(ids))),
+            pa.array(_exact_sums(inverse, sizes, len(ids))),
+        ],
+        schema=TOTALS_SCHEMA,
+    )
+    _write(path, table)
+
+
+def read_totals(path: str) -> pa.Table:
+    return pq.read_table(path, schema=TOTALS_SCHEMA)
+
+
+def _exact_sums(groups: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Integer group sums (bincount's float weights would round above 2**53)."""
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, groups, values)
+    return out
+
+
+def _write(path: str, table: pa.Table) -> None:
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="zstd")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    atomic_write_bytes(path, sink.getvalue())

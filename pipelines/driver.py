@@ -23,7 +23,7 @@ from apache_beam.runners.runner import PipelineState
 from shardfeed.formats.meta_writer import file_record
 from shardfeed.formats.publish import DatasetOptions, ShardOutcome, prepare_root, publish
 from shardfeed.formats.shard_writer import DEFAULT_ROW_GROUP_BYTES
-from shardfeed.formats.sources import open_source
+from shardfeed.formats.sources import detect_kind, open_source
 from shardfeed.formats.unit_table import read_totals
 from shardfeed.pipelines.convert import WORK_DIR, GraphConfig, ScanFiles, WriteShards
 from shardfeed.pipelines.runners import make_runner
@@ -31,6 +31,7 @@ from shardfeed.planning.shard_plan import BucketTotal, plan_shards, totals_from_
 from shardfeed.schemas.errors import ShardfeedError
 from shardfeed.schemas.manifest import MANIFEST_PATH, Rejects
 from shardfeed.schemas.rejects import RejectRecord
+from shardfeed.transforms.image_policy import ImagePolicy
 
 REJECTS_DIR = "meta/shardfeed/rejects"
 
@@ -49,9 +50,15 @@ class ConvertConfig:
     target_shard_bytes: int = 100 * 10**6
     row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES
     shuffle_seed: int = 0
+    validate: str = "full"
+    image_format: str = "keep"
+    max_image_side: int | None = None
     max_reject_fraction: float = 0.01
     overwrite: bool = False
     source_options: dict[str, Any] = field(default_factory=dict)
+
+    def image_policy(self) -> ImagePolicy:
+        return ImagePolicy(self.validate, self.image_format, self.max_image_side)
 
     def content_options(self, kind: str) -> dict[str, Any]:
         return {
@@ -59,6 +66,7 @@ class ConvertConfig:
             "target_shard_size": self.target_shard_bytes,
             "row_group_size": self.row_group_bytes,
             "shuffle_seed": self.shuffle_seed,
+            **self.image_policy().content_options(),
             **self.source_options,
         }
 
@@ -99,8 +107,9 @@ class ConvertSummary:
 def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> ConvertSummary:
     """Convert ``config.src`` into a published dataset at ``config.dst`` (raises on failure)."""
     started = time.monotonic()
-    source = open_source(config.src, config.kind, **config.source_options)
-    kind = source.kind
+    kind = config.kind or detect_kind(config.src)
+    media = {"media_hook": config.image_policy()} if kind == "imagefolder" else {}
+    source = open_source(config.src, kind, **media, **config.source_options)
     spec = source.spec(_infer(source))
     meta = source.meta()
     dst = os.path.abspath(config.dst)

@@ -191,3 +191,63 @@ def test_image_folder_converts_with_labels(tmp_path):
     assert len(ds) == 12
     for path, label, image in zip(rows["path"], rows["label"], rows["image"], strict=True):
         assert (label, image) == expected[path]
+
+
+def test_image_policy_rejects_bad_images_and_reencodes(tmp_path, capsys):
+    from io import BytesIO
+
+    from PIL import Image
+
+    src = tmp_path / "imgs"
+    (src / "a").mkdir(parents=True)
+    for i in range(8):
+        Image.new("RGB", (64, 32), (i * 30, 0, 0)).save(src / "a" / f"{i}.png")
+    good = (src / "a" / "0.png").read_bytes()
+    (src / "a" / "truncated.png").write_bytes(good[: len(good) // 2])
+    (src / "a" / "empty.jpg").write_bytes(b"")
+    (src / "a" / "text.png").write_bytes(b"not an image at all")
+    dst = tmp_path / "dst"
+    args = [
+        "--max-reject-fraction",
+        "0.5",
+        "--image-format",
+        "jpeg",
+        "--max-image-side",
+        "16",
+        "--json",
+    ]
+    assert main(["convert", str(src), str(dst), *args]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["rejects"]["by_reason"] == {
+        "image_empty": 1,
+        "image_not_image": 1,
+        "image_truncated": 1,
+    }
+    ds = open_dataset(dst)
+    assert len(ds) == 8
+    for blob in ds.read(0, 8)["image"]:
+        img = Image.open(BytesIO(blob))
+        assert img.format == "JPEG" and img.size == (16, 8)
+    options = ds.manifest.provenance.content_options
+    assert (options["validate"], options["image_format"], options["max_image_side"]) == (
+        "full",
+        "jpeg",
+        16,
+    )
+    # header mode does not decode pixels, so the truncated PNG passes as a sample
+    loose = tmp_path / "loose"
+    assert (
+        main(
+            [
+                "convert",
+                str(src),
+                str(loose),
+                "--validate",
+                "header",
+                "--max-reject-fraction",
+                "0.5",
+            ]
+        )
+        == 0
+    )
+    assert len(open_dataset(loose)) == 9

@@ -60,6 +60,18 @@ class DatasetMeta:
     ] = ()  # warnings for the manifest and summary (e.g. info.json totals disagree)
 
 
+class MediaHook(Protocol):
+    """Validate (and maybe rewrite) one encoded image; raise ``RejectError`` for bad input.
+
+    Provided by the pipeline layer (``shardfeed.transforms.image_policy.ImagePolicy``); formats
+    code only calls it. ``rewrites`` says whether output bytes can differ from the input.
+    """
+
+    rewrites: bool
+
+    def __call__(self, data: bytes) -> bytes: ...
+
+
 class SourceReader(Protocol):
     kind: ClassVar[str]
     root: str

@@ -18,8 +18,9 @@ Layout and decisions:
   ``path`` (string: the root-relative POSIX path, for provenance).
 - **Beam elements are class directories**: ``files()`` returns them, ``scan(dir, spec)`` lists the
   images in one (sorted by root-relative path) and emits one :class:`UnitRef` per image.
-  ``scan`` reads every file once to hash it but does **not** decode images: empty, truncated or
-  non-image files are still units here; image validation happens later, in ``transforms/``.
+  ``scan`` reads every file once, hashes it and passes it to the optional ``media_hook`` (the
+  pipeline's ``ImagePolicy``: validation, and re-encoding whose output size is the payload); a
+  ``RejectError`` from the hook becomes a reject. Without a hook nothing is decoded here.
 """
 
 from __future__ import annotations
@@ -35,12 +36,12 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from shardfeed.formats.columns import conform
-from shardfeed.formats.sources.base import DatasetMeta, ScanResult, UnitRef
+from shardfeed.formats.sources.base import DatasetMeta, MediaHook, ScanResult, UnitRef
 from shardfeed.formats.storage import Location, locate
 from shardfeed.schemas.errors import ShardfeedError, UnsafePathError
 from shardfeed.schemas.features import IMAGE_ARROW_TYPE, Feature, FeatureSpec
 from shardfeed.schemas.paths import check_relative_path, resolve_within
-from shardfeed.schemas.rejects import RejectRecord
+from shardfeed.schemas.rejects import RejectError, RejectRecord
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp")
 #: Fixed bytes per sample besides the image and its path: the int64 label.
@@ -75,9 +76,12 @@ class ImageFolderSource:
         *,
         filesystem: pafs.FileSystem | None = None,
         drop_videos: bool = False,
+        media_hook: MediaHook | None = None,
     ) -> None:
         """``drop_videos`` is accepted and ignored (an image folder has no videos), so the CLI's
-        ``--drop-videos`` never breaks an image-folder run."""
+        ``--drop-videos`` never breaks an image-folder run. ``media_hook`` validates (and maybe
+        re-encodes) each image while scanning; a bad image becomes a reject with its reason."""
+        self.media_hook = media_hook
         self.location: Location = locate(root, filesystem)
         self.root: str = self.location.root if self.location.is_local else self.location.display
         dirs, files, skipped = self._list_root()
@@ -165,7 +169,10 @@ class ImageFolderSource:
                 result.rejects.append(RejectRecord(rel, "", *problem))
                 continue
             try:
-                size, digest = self._hash_file(rel)
+                size, digest = self._scan_file(rel)
+            except RejectError as err:
+                result.rejects.append(RejectRecord(rel, "", err.reason, err.message))
+                continue
             except UnsafePathError as err:
                 result.rejects.append(RejectRecord(rel, "", "path_escape", err.message))
                 continue
@@ -186,17 +193,13 @@ class ImageFolderSource:
             )
         return result
 
-    def _hash_file(self, rel: str) -> tuple[int, str]:
-        h = hashlib.blake2b(digest_size=16)
-        size = 0
-        with self.location.open_input(rel, rel) as handle:
-            while True:
-                chunk = handle.read(_READ_CHUNK)
-                if not chunk:
-                    break
-                size += len(chunk)
-                h.update(chunk)
-        return size, h.hexdigest()
+    def _scan_file(self, rel: str) -> tuple[int, str]:
+        """(stored image size, blake2b-128 of the source bytes); the media hook runs here."""
+        data = self.location.read_bytes(rel, rel)
+        digest = hashlib.blake2b(data, digest_size=16).hexdigest()
+        if self.media_hook is not None:
+            data = self.media_hook(data)
+        return len(data), digest
 
     def _list_images(self, class_dir: str) -> tuple[list[str], list[tuple[str, tuple[str, str]]]]:
         """Image paths under a class directory, and ``(path, (reason, message))`` problems."""
@@ -267,6 +270,13 @@ class ImageFolderSource:
             if label is None:
                 raise ShardfeedError(f"{self.root}: {ref.file!r} is not a class directory")
             data = self.location.read_bytes(rel, rel)
+            if self.media_hook is not None and self.media_hook.rewrites:
+                try:
+                    data = self.media_hook(data)
+                except RejectError as err:  # it passed at scan time, so the file changed since
+                    raise ShardfeedError(
+                        f"{self.root}: {rel} changed since it was scanned ({err})"
+                    ) from None
             if sample_payload_bytes(len(data), rel) != ref.payload_bytes:
                 raise ShardfeedError(
                     f"{self.root}: {rel} changed since it was scanned "

@@ -64,6 +64,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--text-field", default="text", help="JSONL: the required text field (default 'text')"
     )
     parser.add_argument(
+        "--validate",
+        choices=["full", "header", "none"],
+        default="full",
+        help="how much of each image is decoded to prove it sound: full catches truncation, header checks headers and pixel counts (default full)",
+    )
+    parser.add_argument(
+        "--image-format",
+        choices=["keep", "jpeg", "webp", "png"],
+        default="keep",
+        help="re-encode images to this format (default keep)",
+    )
+    parser.add_argument(
+        "--max-image-side",
+        type=int,
+        metavar="N",
+        help="shrink images so the longer side is at most N pixels",
+    )
+    parser.add_argument(
         "--dask-address",
         metavar="ADDR",
         help="run on Beam's DaskRunner against this Dask scheduler (implies --runner=dask)",
@@ -114,6 +132,9 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         target_shard_bytes=args.target_shard_size,
         row_group_bytes=args.row_group_size,
         shuffle_seed=args.shuffle_seed,
+        validate=args.validate,
+        image_format=args.image_format,
+        max_image_side=args.max_image_side,
         max_reject_fraction=args.max_reject_fraction,
         overwrite=args.overwrite,
         source_options=source_options,

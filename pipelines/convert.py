@@ -23,10 +23,11 @@ from shardfeed.formats.atomic import atomic_write_bytes
 from shardfeed.formats.publish import DatasetOptions, build_shard
 from shardfeed.formats.sources.base import SourceReader
 from shardfeed.formats.unit_table import KeyedUnit, read_units, write_totals, write_units
-from shardfeed.planning.shard_plan import ShardPlan, bucket_of
+from shardfeed.planning.shard_plan import ContiguousPlan, ShardPlan, bucket_of
 from shardfeed.schemas.features import FeatureSpec
 from shardfeed.transforms.hashing import shuffle_key
 
+Plan = ShardPlan | ContiguousPlan
 WORK_DIR = ".shardfeed-work"  # under DST while a run is in flight; removed after publishing
 
 
@@ -67,24 +68,31 @@ def scan_file(file: str, source: SourceReader, spec: FeatureSpec, config: GraphC
     return file
 
 
-def keyed_by_shard(
-    file: str, plan: ShardPlan, config: GraphConfig
-) -> Iterable[tuple[int, KeyedUnit]]:
+def keyed_by_shard(file: str, plan: Plan, config: GraphConfig) -> Iterable[tuple[int, KeyedUnit]]:
     """source file -> (shard, unit) for each of its units, from its unit table."""
-    for unit in read_units(config.part("units", file, ".parquet")):
-        yield plan.shard_of[unit.bucket], unit
+    units = read_units(config.part("units", file, ".parquet"))
+    if isinstance(plan, ContiguousPlan):
+        sizes = np.array([u.ref.payload_bytes for u in units], dtype=np.int64)
+        yield from zip(plan.shards_of(file, sizes).tolist(), units, strict=True)
+    else:
+        for unit in units:
+            yield plan.shard_of[unit.bucket], unit
 
 
 def write_planned_shard(
     item: tuple[int, Iterable[KeyedUnit]],
     source: SourceReader,
     spec: FeatureSpec,
-    plan: ShardPlan,
+    plan: Plan,
     config: GraphConfig,
 ) -> int:
     """(shard number, units) -> the shard file under DST plus its JSON sidecar; returns rows."""
     number, units = item
-    ordered = sorted(units, key=KeyedUnit.sort_key)
+    # shuffled: by stable key; source order: files() is sorted, so (file, position) is source order
+    shuffled = isinstance(plan, ShardPlan)
+    ordered = sorted(
+        units, key=KeyedUnit.sort_key if shuffled else lambda u: (u.ref.file, u.ref.position)
+    )
     table = source.read([u.ref for u in ordered], spec)
     table = renumber(
         table, spec, [u.ref.rows for u in ordered], plan.row_start[number], plan.unit_start[number]
@@ -149,7 +157,7 @@ class WriteShards(beam.PTransform):
     """file paths -> rows written per shard: each shard is written from its own unit references."""
 
     def __init__(
-        self, source: SourceReader, spec: FeatureSpec, plan: ShardPlan, config: GraphConfig
+        self, source: SourceReader, spec: FeatureSpec, plan: Plan, config: GraphConfig
     ) -> None:
         super().__init__()
         self.source, self.spec, self.plan, self.config = source, spec, plan, config

@@ -17,6 +17,8 @@ from typing import Any
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 
@@ -27,7 +29,12 @@ from shardfeed.formats.sources import detect_kind, open_source
 from shardfeed.formats.unit_table import read_totals
 from shardfeed.pipelines.convert import WORK_DIR, GraphConfig, ScanFiles, WriteShards
 from shardfeed.pipelines.runners import make_runner
-from shardfeed.planning.shard_plan import BucketTotal, plan_shards, totals_from_arrays
+from shardfeed.planning.shard_plan import (
+    BucketTotal,
+    plan_contiguous,
+    plan_shards,
+    totals_from_arrays,
+)
 from shardfeed.schemas.errors import ShardfeedError
 from shardfeed.schemas.manifest import MANIFEST_PATH, Rejects
 from shardfeed.schemas.rejects import RejectRecord
@@ -49,7 +56,7 @@ class ConvertConfig:
     kind: str | None = None
     target_shard_bytes: int = 100 * 10**6
     row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES
-    shuffle_seed: int = 0
+    shuffle_seed: int | None = 0  # None keeps the source order (--no-shuffle)
     validate: str = "full"
     image_format: str = "keep"
     max_image_side: int | None = None
@@ -123,7 +130,7 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
         source=os.path.basename(os.path.abspath(config.src).rstrip("/")),
         content_options=config.content_options(kind),
     )
-    graph = GraphConfig(dst=dst, seed=config.shuffle_seed, options=options)
+    graph = GraphConfig(dst=dst, seed=config.shuffle_seed or 0, options=options)
     shutil.rmtree(graph.work, ignore_errors=True)
     files = source.files()
     pipeline_options = PipelineOptions(list(beam_args))
@@ -138,7 +145,14 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
     reject_names, reject_counts = _collect_rejects(graph.work)
     rejected_units = sum(reject_counts.values())
     # 2. plan on the driver from the small per-file totals
-    plan = plan_shards(_read_totals(graph, files), config.target_shard_bytes)
+    if config.shuffle_seed is None:
+        plan = plan_contiguous(
+            [(f, _file_bytes(graph, f)) for f in files],
+            lambda f: _unit_sizes(graph, f),
+            config.target_shard_bytes,
+        )
+    else:
+        plan = plan_shards(_read_totals(graph, files), config.target_shard_bytes)
     total_units = sum(plan.units) + rejected_units
     if total_units and rejected_units / total_units > config.max_reject_fraction:
         raise TooManyRejectsError(
@@ -199,6 +213,18 @@ def _run(options: PipelineOptions, build: Callable[[beam.Pipeline], object]) -> 
             client.close()
     if state is not None and state != PipelineState.DONE:
         raise ShardfeedError(f"the Beam pipeline ended in state {state}; nothing was published")
+
+
+def _file_bytes(graph: GraphConfig, file: str) -> int:
+    return int(
+        pc.sum(read_totals(graph.part("totals", file, ".parquet")).column("bytes")).as_py() or 0
+    )
+
+
+def _unit_sizes(graph: GraphConfig, file: str) -> tuple[np.ndarray, np.ndarray]:
+    """(payload bytes, rows) of one file's units, in source order."""
+    table = pq.read_table(graph.part("units", file, ".parquet"), columns=["payload_bytes", "rows"])
+    return table.column("payload_bytes").to_numpy(), table.column("rows").to_numpy()
 
 
 def _read_totals(graph: GraphConfig, files: Sequence[str]) -> list[BucketTotal]:

@@ -251,3 +251,49 @@ def test_image_policy_rejects_bad_images_and_reencodes(tmp_path, capsys):
         == 0
     )
     assert len(open_dataset(loose)) == 9
+
+
+def test_no_shuffle_keeps_source_order_in_even_contiguous_shards(tmp_path):
+    src = _jsonl_corpus(tmp_path / "src", n=2000)
+    dst = tmp_path / "dst"
+    assert (
+        main(["convert", str(src), str(dst), "--no-shuffle", "--target-shard-size", "100KB"]) == 0
+    )
+    ds = open_dataset(dst)
+    assert ds.read(0, len(ds), columns=["id"])["id"].tolist() == list(range(2000))
+    payload = [s.payload_bytes for s in ds.shards]
+    biggest_record = max(len(t) for t in ds.read(0, len(ds), columns=["text"])["text"])
+    assert len(payload) >= 5
+    # contiguous cuts at the nearest record boundary: every shard within about one record of the mean
+    assert max(abs(p - np.mean(payload)) for p in payload) <= biggest_record + 200
+    assert ds.manifest.provenance.content_options["shuffle_seed"] is None
+
+
+@needs_corpora
+def test_no_shuffle_lerobot_keeps_episodes_in_source_order(tmp_path):
+    src = Path(CORPORA, "lerobot_v21_unitree_g1")
+    dst = tmp_path / "dst"
+    assert (
+        main(
+            [
+                "convert",
+                str(src),
+                str(dst),
+                "--drop-videos",
+                "--no-shuffle",
+                "--target-shard-size",
+                "1MB",
+            ]
+        )
+        == 0
+    )
+    episodes = pq.read_table(dst / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    assert [e["source_episode_index"] for e in episodes] == list(range(100))
+    assert [e["episode_index"] for e in episodes] == list(range(100))
+    ds = open_dataset(dst)
+    assert len(ds) == 35965 and len(ds.shards) >= 5
+    first = pq.read_table(src / "data/chunk-000/episode_000000.parquet")
+    np.testing.assert_array_equal(
+        ds.read(0, first.num_rows)["action"],
+        np.array(first.column("action").to_pylist(), np.float32),
+    )

@@ -59,3 +59,28 @@ def test_partial_totals_of_a_bucket_plan_like_merged_ones():
     ]
     merged = [BucketTotal(3, 2, 15, 150), BucketTotal(5, 2, 20, 300), BucketTotal(9, 1, 1, 80)]
     assert plan_shards(parts, 200) == plan_shards(list(reversed(merged)), 200)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    files=st.lists(st.lists(st.integers(1, 5000), min_size=1, max_size=40), min_size=1, max_size=6),
+    target=st.integers(1, 40000),
+)
+def test_contiguous_plan_keeps_order_and_drops_empty_shards(files, target):
+    from shardfeed.planning.shard_plan import plan_contiguous
+
+    named = {f"f{i}": np.array(sizes, dtype=np.int64) for i, sizes in enumerate(files)}
+    plan = plan_contiguous(
+        [(name, int(sizes.sum())) for name, sizes in named.items()],
+        lambda name: (named[name], np.full(len(named[name]), 2, dtype=np.int64)),
+        target,
+    )
+    shards = np.concatenate([plan.shards_of(name, sizes) for name, sizes in named.items()])
+    assert np.all(np.diff(shards) >= 0)  # source order: shard numbers never go back
+    assert shards[0] == 0 and set(shards.tolist()) == set(range(plan.num_shards))  # none empty
+    assert sum(plan.units) == len(shards) and sum(plan.rows) == 2 * len(shards)
+    all_sizes = np.concatenate(list(named.values()))
+    assert sum(plan.bytes) == int(all_sizes.sum())
+    # every shard is within one unit of the mean size of a raw cut
+    mean = all_sizes.sum() / len(plan.compact)
+    assert max(plan.bytes) <= mean + all_sizes.max()

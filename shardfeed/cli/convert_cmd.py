@@ -43,11 +43,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         type=parse_size,
         help="payload bytes per Parquet row group (default 4MiB)",
     )
-    parser.add_argument(
+    order = parser.add_mutually_exclusive_group()
+    order.add_argument(
         "--shuffle-seed",
         type=int,
         default=0,
         help="seed of the global sample (or episode) order (default 0)",
+    )
+    order.add_argument(
+        "--no-shuffle",
+        action="store_true",
+        help="keep the source order exactly, cut into contiguous shards as evenly as the order allows",
     )
     parser.add_argument(
         "--max-reject-fraction",
@@ -131,7 +137,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         kind=args.kind,
         target_shard_bytes=args.target_shard_size,
         row_group_bytes=args.row_group_size,
-        shuffle_seed=args.shuffle_seed,
+        shuffle_seed=None if args.no_shuffle else args.shuffle_seed,
         validate=args.validate,
         image_format=args.image_format,
         max_image_side=args.max_image_side,

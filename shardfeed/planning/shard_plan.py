@@ -11,7 +11,7 @@ ties on stable keys, so the plan is identical on every runner.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -113,3 +113,75 @@ def _prefix(values: tuple[int, ...]) -> tuple[int, ...]:
         out.append(running)
         running += value
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class ContiguousPlan:
+    """Source order kept: the unit whose byte midpoint falls in ``[k, k+1) * total / N`` goes to
+    raw shard ``k``, so each shard is within one unit of the mean; raw shards left empty (units
+    larger than a shard) are dropped and the rest renumbered through ``compact``."""
+
+    file_offsets: dict[str, int]
+    total_bytes: int
+    compact: tuple[int, ...]  # raw shard -> published shard number
+    rows: tuple[int, ...]
+    units: tuple[int, ...]
+    bytes: tuple[int, ...]
+    row_start: tuple[int, ...] = field(init=False)
+    unit_start: tuple[int, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "row_start", _prefix(self.rows))
+        object.__setattr__(self, "unit_start", _prefix(self.units))
+
+    @property
+    def num_shards(self) -> int:
+        return len(self.rows)
+
+    def shards_of(self, file: str, sizes: np.ndarray) -> np.ndarray:
+        """Published shard of each unit of ``file`` (its units' sizes in source order)."""
+        raw = _raw_shards(self.file_offsets[file], sizes, self.total_bytes, len(self.compact))
+        return np.asarray(self.compact)[raw]
+
+
+def plan_contiguous(
+    file_bytes: Sequence[tuple[str, int]],
+    read_units: Callable[[str], tuple[np.ndarray, np.ndarray]],
+    target_bytes: int,
+) -> ContiguousPlan:
+    """Plan over files in source order: ``file_bytes`` gives each file's payload total and
+    ``read_units(file)`` its units' ``(sizes, rows)`` in order; memory is one file's units."""
+    offsets: dict[str, int] = {}
+    total = 0
+    for name, size in file_bytes:
+        offsets[name] = total
+        total += int(size)
+    n = num_parts_for(total, target_bytes)
+    rows, units, nbytes = np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64)
+    for name, _ in file_bytes:
+        sizes, unit_rows = read_units(name)
+        raw = _raw_shards(offsets[name], sizes, total, n)
+        np.add.at(rows, raw, unit_rows)
+        np.add.at(units, raw, 1)
+        np.add.at(nbytes, raw, sizes)
+    kept = units > 0
+    compact = np.cumsum(kept) - 1
+    return ContiguousPlan(
+        offsets,
+        total,
+        tuple(compact.tolist()),
+        tuple(rows[kept].tolist()),
+        tuple(units[kept].tolist()),
+        tuple(nbytes[kept].tolist()),
+    )
+
+
+def _raw_shards(offset: int, sizes: np.ndarray, total: int, n: int) -> np.ndarray:
+    sizes = np.asarray(sizes, dtype=np.int64)
+    starts = offset + np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    mids = 2 * starts + sizes
+    if 2 * max(total, 1) * n < 2**62:  # int64 arithmetic is exact
+        raw = mids * n // max(1, 2 * total)
+    else:  # petabyte totals times many shards: exact Python integers
+        raw = np.array([int(m) * n // (2 * total) for m in mids.tolist()], dtype=np.int64)
+    return np.minimum(n - 1, raw)

@@ -28,6 +28,7 @@ from shardfeed.formats.shard_writer import DEFAULT_ROW_GROUP_BYTES
 from shardfeed.formats.sources import detect_kind, open_source
 from shardfeed.formats.unit_table import read_totals
 from shardfeed.pipelines.convert import WORK_DIR, GraphConfig, ScanFiles, WriteShards
+from shardfeed.pipelines.progress import WorkDirProgress
 from shardfeed.pipelines.runners import make_runner
 from shardfeed.planning.shard_plan import (
     BucketTotal,
@@ -49,7 +50,7 @@ class TooManyRejectsError(ShardfeedError):
 
 @dataclass(frozen=True)
 class ConvertConfig:
-    """What a conversion produces. Everything here except ``overwrite`` is a content option."""
+    """What a conversion produces. ``content_options`` lists the fields that change output bytes."""
 
     src: str
     dst: str
@@ -62,6 +63,7 @@ class ConvertConfig:
     max_image_side: int | None = None
     max_reject_fraction: float = 0.01
     overwrite: bool = False
+    progress: bool = False  # force the progress line even when stderr is not a terminal
     source_options: dict[str, Any] = field(default_factory=dict)
 
     def image_policy(self) -> ImagePolicy:
@@ -135,13 +137,17 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
     files = source.files()
     pipeline_options = PipelineOptions(list(beam_args))
 
+    progress = WorkDirProgress(graph.work, len(files), force=config.progress)
     # 1. scan: every file's unit table, bucket totals and rejects land under the work dir
-    _run(
-        pipeline_options,
-        lambda p: (
-            p | "ListFiles" >> beam.Create(files) | "ScanFiles" >> ScanFiles(source, spec, graph)
-        ),
-    )
+    with progress:
+        _run(
+            pipeline_options,
+            lambda p: (
+                p
+                | "ListFiles" >> beam.Create(files)
+                | "ScanFiles" >> ScanFiles(source, spec, graph)
+            ),
+        )
     reject_names, reject_counts = _collect_rejects(graph.work)
     rejected_units = sum(reject_counts.values())
     # 2. plan on the driver from the small per-file totals
@@ -161,15 +167,17 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
             f"Reasons: {dict(sorted(reject_counts.items()))}. Reject details are in {graph.work}/rejects/"
         )
     # 3. write: each shard writer reads its own units; payloads never cross the shuffle
+    progress.total_shards = plan.num_shards
     if plan.num_shards:
-        _run(
-            pipeline_options,
-            lambda p: (
-                p
-                | "ListFiles" >> beam.Create(files)
-                | "WriteShards" >> WriteShards(source, spec, plan, graph)
-            ),
-        )
+        with progress:
+            _run(
+                pipeline_options,
+                lambda p: (
+                    p
+                    | "ListFiles" >> beam.Create(files)
+                    | "WriteShards" >> WriteShards(source, spec, plan, graph)
+                ),
+            )
     outcomes = _read_outcomes(graph.work)
     if len(outcomes) != plan.num_shards:
         raise ShardfeedError(

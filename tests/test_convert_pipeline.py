@@ -297,3 +297,19 @@ def test_no_shuffle_lerobot_keeps_episodes_in_source_order(tmp_path):
         ds.read(0, first.num_rows)["action"],
         np.array(first.column("action").to_pylist(), np.float32),
     )
+
+
+def test_progress_line_and_takeover_of_an_interrupted_run(tmp_path, capsys):
+    src = _jsonl_corpus(tmp_path / "src", n=600)
+    clean = tmp_path / "clean"
+    assert main(["convert", str(src), str(clean), "--target-shard-size", "40KB", "--progress"]) == 0
+    err = capsys.readouterr().err
+    shards = len(open_dataset(clean).shards)
+    assert f"files 2/2  shards {shards}/{shards}  samples 600" in err
+    # leftovers of an interrupted run: a work dir and a stray shard, no manifest
+    dst = tmp_path / "dst"
+    (dst / ".shardfeed-work" / "units").mkdir(parents=True)
+    (dst / "data" / "chunk-000").mkdir(parents=True)
+    (dst / "data" / "chunk-000" / "file-000.parquet").write_bytes(b"half a shard")
+    assert main(["convert", str(src), str(dst), "--target-shard-size", "40KB"]) == 0
+    assert _tree(dst) == _tree(clean)

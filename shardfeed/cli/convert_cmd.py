@@ -88,6 +88,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="shrink images so the longer side is at most N pixels",
     )
     parser.add_argument(
+        "--progress",
+        action="store_true",
+        help="always show the progress line (by default only when stderr is a terminal)",
+    )
+    parser.add_argument(
         "--dask-address",
         metavar="ADDR",
         help="run on Beam's DaskRunner against this Dask scheduler (implies --runner=dask)",
@@ -143,6 +148,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         max_image_side=args.max_image_side,
         max_reject_fraction=args.max_reject_fraction,
         overwrite=args.overwrite,
+        progress=args.progress,
         source_options=source_options,
     )
     try:

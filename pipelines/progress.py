@@ -1,0 +1,97 @@
+"""Live progress of a local conversion, read from what the pipeline writes under the work dir.
+
+Runner-agnostic: files scanned are unit tables, shards written are sidecars (whose rows and bytes
+are read once each). A daemon thread redraws one stderr line; it is off unless stderr is a
+terminal or the caller forces it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from typing import TextIO
+
+from shardfeed.schemas.units import format_size
+
+
+class WorkDirProgress:
+    def __init__(
+        self,
+        work: str,
+        total_files: int,
+        *,
+        stream: TextIO | None = None,
+        force: bool = False,
+        interval: float = 0.5,
+    ) -> None:
+        self.work = work
+        self.total_files = total_files
+        self.stream = stream or sys.stderr
+        self.enabled = force or self.stream.isatty()
+        self.interval = interval
+        self.total_shards = 0
+        self._seen: dict[str, tuple[int, int]] = {}  # sidecar -> (rows, bytes)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started = time.monotonic()
+
+    def __enter__(self) -> WorkDirProgress:
+        if self.enabled:
+            self._stop = threading.Event()  # reusable: one `with` per pipeline run
+            self._thread = threading.Thread(
+                target=self._loop, name="shardfeed-progress", daemon=True
+            )
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self.draw()
+            self.stream.write("\n")
+            self.stream.flush()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.draw()
+
+    def line(self) -> str:
+        scanned = _count(os.path.join(self.work, "units"), ".parquet")
+        shards_dir = os.path.join(self.work, "shards")
+        for name in _names(shards_dir, ".json"):
+            if name not in self._seen:
+                try:
+                    with open(os.path.join(shards_dir, name), encoding="utf-8") as handle:
+                        record = json.load(handle)["record"]
+                    self._seen[name] = (record["rows"], record["bytes"])
+                except (OSError, ValueError, KeyError):
+                    continue  # being written; next time
+        rows = sum(r for r, _ in self._seen.values())
+        nbytes = sum(b for _, b in self._seen.values())
+        elapsed = time.monotonic() - self._started
+        shards = (
+            f"{len(self._seen)}/{self.total_shards}" if self.total_shards else f"{len(self._seen)}"
+        )
+        return (
+            f"files {scanned}/{self.total_files}  shards {shards}  samples {rows:,}  "
+            f"{format_size(nbytes)}  {elapsed:.0f}s"
+        )
+
+    def draw(self) -> None:
+        self.stream.write("\r" + self.line())
+        self.stream.flush()
+
+
+def _names(directory: str, suffix: str) -> list[str]:
+    try:
+        return [n for n in os.listdir(directory) if n.endswith(suffix) and not n.startswith(".")]
+    except FileNotFoundError:
+        return []
+
+
+def _count(directory: str, suffix: str) -> int:
+    return len(_names(directory, suffix))

@@ -9,11 +9,13 @@ so every runner (in-process, Dask, Flink, ...) sees the same plain Map/GroupByKe
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import apache_beam as beam
 import numpy as np
@@ -45,6 +47,21 @@ class GraphConfig:
         """Work path of one source file's part (units, totals, rejects), named by a stable hash."""
         name = hashlib.blake2b(source_file.encode(), digest_size=12).hexdigest()
         return os.path.join(self.work, kind, name + suffix)
+
+
+def infer_file(file: str, source: SourceReader, config: GraphConfig) -> str:
+    """source file -> its schema-inference part as JSON (sources whose schema comes from the data)."""
+    part = dataclasses.asdict(source.infer(file))
+    atomic_write_bytes(
+        config.part("infer", file, ".json"), json.dumps(part, sort_keys=True).encode()
+    )
+    return file
+
+
+def read_inferred(source: SourceReader, path: str) -> Any:
+    """Rebuild one inference part (a dataclass of JSON values; never unpickled)."""
+    with open(path, encoding="utf-8") as handle:
+        return source.inferred_type(**json.load(handle))
 
 
 def scan_file(file: str, source: SourceReader, spec: FeatureSpec, config: GraphConfig) -> str:
@@ -136,6 +153,21 @@ def renumber(
         field_ = table.schema.field(position)
         table = table.set_column(position, field_, array.cast(field_.type))
     return table
+
+
+class InferSchema(beam.PTransform):
+    """file paths -> the same paths, once each file's inference part is written."""
+
+    def __init__(self, source: SourceReader, config: GraphConfig) -> None:
+        super().__init__()
+        self.source, self.config = source, config
+
+    def expand(self, files: beam.PCollection) -> beam.PCollection:
+        return (
+            files
+            | "Spread" >> beam.Reshuffle()
+            | "Infer" >> beam.Map(infer_file, self.source, self.config)
+        )
 
 
 class ScanFiles(beam.PTransform):

@@ -25,9 +25,16 @@ from apache_beam.runners.runner import PipelineState
 from shardfeed.formats.meta_writer import file_record
 from shardfeed.formats.publish import DatasetOptions, ShardOutcome, prepare_root, publish
 from shardfeed.formats.shard_writer import DEFAULT_ROW_GROUP_BYTES
-from shardfeed.formats.sources import detect_kind, open_source
+from shardfeed.formats.sources import SourceReader, detect_kind, open_source
 from shardfeed.formats.unit_table import read_totals
-from shardfeed.pipelines.convert import WORK_DIR, GraphConfig, ScanFiles, WriteShards
+from shardfeed.pipelines.convert import (
+    WORK_DIR,
+    GraphConfig,
+    InferSchema,
+    ScanFiles,
+    WriteShards,
+    read_inferred,
+)
 from shardfeed.pipelines.progress import WorkDirProgress
 from shardfeed.pipelines.runners import make_runner
 from shardfeed.planning.shard_plan import (
@@ -119,7 +126,6 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
     kind = config.kind or detect_kind(config.src)
     media = {"media_hook": config.image_policy()} if kind == "imagefolder" else {}
     source = open_source(config.src, kind, **media, **config.source_options)
-    spec = source.spec(_infer(source))
     meta = source.meta()
     dst = os.path.abspath(config.dst)
     prepare_root(dst, config.overwrite or _only_leftovers(dst))
@@ -136,6 +142,18 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
     shutil.rmtree(graph.work, ignore_errors=True)
     files = source.files()
     pipeline_options = PipelineOptions(list(beam_args))
+
+    # 0. data-typed sources (JSONL) infer their schema from every file first
+    inferred = None
+    if hasattr(source, "infer"):
+        _run(
+            pipeline_options,
+            lambda p: (
+                p | "ListFiles" >> beam.Create(files) | "InferSchema" >> InferSchema(source, graph)
+            ),
+        )
+        inferred = _merge_inferred(source, graph, files)
+    spec = source.spec(inferred)
 
     progress = WorkDirProgress(graph.work, len(files), force=config.progress)
     # 1. scan: every file's unit table, bucket totals and rejects land under the work dir
@@ -251,19 +269,13 @@ def _read_totals(graph: GraphConfig, files: Sequence[str]) -> list[BucketTotal]:
     return totals_from_arrays(ids, *sums)
 
 
-def _infer(source) -> Any:
-    """Data-typed sources (JSONL) infer their schema over every file before scanning.
-
-    The merge is associative and commutative; this first pass runs on the driver for now.
-    """
-    infer = getattr(source, "infer", None)
-    if infer is None:
-        return None
-    result = None
-    for file in source.files():
-        part = infer(file)
-        result = part if result is None else type(source).merge_inferred(result, part)
-    return result
+def _merge_inferred(source: SourceReader, graph: GraphConfig, files: Sequence[str]) -> Any:
+    """Merge the per-file inference parts in file order (the merge is associative and commutative)."""
+    merged = None
+    for file in files:
+        part = read_inferred(source, graph.part("infer", file, ".json"))
+        merged = part if merged is None else type(source).merge_inferred(merged, part)
+    return merged
 
 
 def _only_leftovers(dst: str) -> bool:

@@ -5,7 +5,8 @@ A source is read in two cheap passes and one real one:
 2. ``scan(file, spec)``: per file, validate records and emit small :class:`UnitRef` references
    (position, rows, payload size, content hash) plus :class:`RejectRecord` for bad records;
    sources whose schema comes from the data (JSONL) first run ``infer(file)`` on every file and merge
-   the fragments with ``merge_inferred`` to get the spec;
+   the fragments with ``merge_inferred`` to get the spec; ``infer`` returns an ``inferred_type``
+   dataclass of JSON values, so fragments travel between stages as JSON;
 3. ``read(refs, spec)``: materialise the rows of some refs, in the given order, as an Arrow table
    conforming to ``spec``. Shard writers call it, so payload bytes never cross a Beam shuffle.
 

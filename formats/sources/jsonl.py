@@ -508,6 +508,8 @@ class JsonlSource:
     kind: ClassVar[str] = "jsonl"
     #: The combine function for ``infer`` results, reachable from the class (``type(src).merge_inferred``).
     merge_inferred = staticmethod(merge_inferred)
+    #: The dataclass ``infer`` returns, rebuilt from its JSON form between pipeline stages.
+    inferred_type = InferredSchema
 
     def __init__(
         self,

@@ -82,6 +82,12 @@ def test_lerobot_v30_frames_equal_their_source(tmp_path, capsys):
     np.testing.assert_allclose(
         stats["action"]["std"], out["action"].astype(np.float64).std(axis=0), rtol=1e-6
     )
+    np.testing.assert_array_equal(stats["action"]["min"], out["action"].min(axis=0))
+    np.testing.assert_array_equal(stats["action"]["max"], out["action"].max(axis=0))
+    # 899 frames are below the sketch size, so quantiles are exact (inverted-CDF, docs/FORMAT.md)
+    for key, q in {"q01": 0.01, "q10": 0.1, "q50": 0.5, "q90": 0.9, "q99": 0.99}.items():
+        expected = np.quantile(out["action"].astype(np.float64), q, axis=0, method="inverted_cdf")
+        np.testing.assert_allclose(stats["action"][key], expected, rtol=1e-6)
     assert verify_dataset(dst).ok
 
 

@@ -6,6 +6,7 @@ resolved through symlinks and refused if it lands outside the root.
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 from dataclasses import dataclass
@@ -22,10 +23,22 @@ class Location:
     is_local: bool
     display: str
 
+    @functools.cached_property
+    def real_root(self) -> str:
+        """The root with symlinks resolved, computed once (it anchors every escape check)."""
+        return os.path.realpath(self.root)
+
+    def __getstate__(self) -> dict:
+        # recompute the real root where the object lands (a worker may mount things differently)
+        return {k: v for k, v in self.__dict__.items() if k != "real_root"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
     def path(self, rel: str, field: str = "path") -> str:
         """Filesystem path of ``rel``; raises UnsafePathError if it escapes the root."""
         if self.is_local:
-            return resolve_within(self.root, rel, field)
+            return resolve_within(self.root, rel, field, real_root=self.real_root)
         return posixpath.join(self.root, check_relative_path(rel, field))
 
     def open_input(self, rel: str, field: str = "path"):

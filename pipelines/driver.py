@@ -16,7 +16,6 @@ from typing import Any
 
 import apache_beam as beam
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -24,6 +23,7 @@ from apache_beam.runners.runner import PipelineState
 
 from shardfeed.formats.meta_writer import file_record
 from shardfeed.formats.publish import DatasetOptions, ShardOutcome, prepare_root, publish
+from shardfeed.formats.rejects import REJECTS_DIR
 from shardfeed.formats.shard_writer import DEFAULT_ROW_GROUP_BYTES
 from shardfeed.formats.sources import SourceReader, detect_kind, open_source
 from shardfeed.formats.unit_table import read_totals
@@ -38,6 +38,7 @@ from shardfeed.pipelines.convert import (
 from shardfeed.pipelines.progress import WorkDirProgress
 from shardfeed.pipelines.runners import make_runner
 from shardfeed.planning.shard_plan import (
+    FINE_BUCKETS,
     BucketTotal,
     plan_contiguous,
     plan_shards,
@@ -47,8 +48,6 @@ from shardfeed.schemas.errors import ShardfeedError
 from shardfeed.schemas.manifest import MANIFEST_PATH, Rejects
 from shardfeed.schemas.rejects import RejectRecord
 from shardfeed.transforms.image_policy import ImagePolicy
-
-REJECTS_DIR = "meta/shardfeed/rejects"
 
 
 class TooManyRejectsError(ShardfeedError):
@@ -254,19 +253,25 @@ def _unit_sizes(graph: GraphConfig, file: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _read_totals(graph: GraphConfig, files: Sequence[str]) -> list[BucketTotal]:
-    """Merge every file's bucket totals (numpy; memory bounded by the bucket count)."""
-    tables = [read_totals(graph.part("totals", f, ".parquet")) for f in files]
-    if not tables:
-        return []
-    merged = pa.concat_tables(tables)
-    buckets = merged.column("bucket").to_numpy()
-    ids, inverse = np.unique(buckets, return_inverse=True)
-    sums = []
-    for name in ("units", "rows", "bytes"):
-        out = np.zeros(len(ids), dtype=np.int64)
-        np.add.at(out, inverse, merged.column(name).to_numpy())
-        sums.append(out)
-    return totals_from_arrays(ids, *sums)
+    """Merge every file's bucket totals one file at a time into dense per-bucket arrays (plus a
+    dict for oversized units' own buckets): memory is bounded by the bucket count."""
+    dense = np.zeros((3, FINE_BUCKETS), dtype=np.int64)  # units, rows, bytes
+    big: dict[int, BucketTotal] = {}
+    for file in files:
+        table = read_totals(graph.part("totals", file, ".parquet"))
+        buckets = table.column("bucket").to_numpy()
+        values = np.stack([table.column(n).to_numpy() for n in ("units", "rows", "bytes")])
+        small = buckets < FINE_BUCKETS
+        for k in range(3):
+            np.add.at(dense[k], buckets[small].astype(np.int64), values[k][small])
+        for b, u, r, n in zip(buckets[~small].tolist(), *values[:, ~small].tolist(), strict=True):
+            total = BucketTotal(b, u, r, n)
+            big[b] = big[b] + total if b in big else total
+    used = np.flatnonzero(dense[0])
+    return [
+        *totals_from_arrays(used, dense[0][used], dense[1][used], dense[2][used]),
+        *big.values(),
+    ]
 
 
 def _merge_inferred(source: SourceReader, graph: GraphConfig, files: Sequence[str]) -> Any:

@@ -32,10 +32,13 @@ def check_relative_path(path: str, field: str) -> str:
     return path
 
 
-def resolve_within(root: str, path: str, field: str) -> str:
-    """Join a checked relative path to a local root and refuse it if symlinks lead outside the root."""
+def resolve_within(root: str, path: str, field: str, *, real_root: str | None = None) -> str:
+    """Join a checked relative path to a local root and refuse it if symlinks lead outside the root.
+
+    ``real_root`` is ``os.path.realpath(root)`` when the caller has it already (a hot loop).
+    """
     check_relative_path(path, field)
-    real_root = os.path.realpath(root)
+    real_root = real_root or os.path.realpath(root)
     real = os.path.realpath(os.path.join(real_root, path))
     if real != real_root and not real.startswith(real_root + os.sep):
         raise UnsafePathError(field, f"path {path!r} resolves outside the dataset root (symlink?)")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Make a small, deterministic sample corpus with numpy and Pillow (no network, no files read).
 
-Two kinds:
+Two kinds of in-memory samples, which the script writes as a shardfeed dataset:
 
 - ``robot``: an episodic, LeRobot-style dataset: ``observation.state`` and ``action`` (float32 [6]),
   ``timestamp``, ``frame_index``, ``episode_index``, ``index`` and ``task_index``; 20 episodes of
@@ -9,16 +9,30 @@ Two kinds:
 - ``images``: one row per image: ``image`` (real JPEG or PNG bytes), ``label`` (int64) and
   ``caption`` (string); the picture shows its label's shape and colour, so it is learnable.
 
-The same seed gives the same samples. Tests and the quickstart import ``make_robot_samples`` and
-``make_image_samples``; run as a script it writes the sample as a shardfeed dataset::
+And two kinds of raw input for ``shardfeed convert`` (files on disk, not a dataset):
+
+- ``imagefolder-corpus``: ``OUT/<class>/<nnnn>.jpg|png``, the ``images`` samples as files, one
+  directory per class (``circle``, ``cross``, ``square``, ``triangle``);
+- ``jsonl-corpus``: ``OUT/part-<k>.jsonl``, records ``{"id", "text", "label", "score", "meta"}``
+  with captions of varying length, spread over a few files.
+
+``--bad N`` adds N deliberately broken inputs to a raw corpus (truncated JPEGs and text files named
+``.png``; lines that are not JSON or lack ``text``), which ``convert`` turns into rejects.
+
+The same seed gives the same samples and the same bytes. Tests and the quickstart import
+``make_robot_samples`` and ``make_image_samples``; run as a script::
 
     python scripts/make_sample_corpus.py --kind robot --out out/sample --overwrite
+    python scripts/make_sample_corpus.py --kind imagefolder-corpus --out out/sample-src --bad 2
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import json
+import os
+import shutil
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -43,6 +57,16 @@ IMAGE_CLASSES = (
 IMAGE_SIZE = (48, 64)  # (height, width) in pixels
 DEFAULT_SEED = 0
 DEFAULT_TARGET_SHARD_SIZE = {"robot": "48KB", "images": "200KB"}
+RAW_KINDS = ("imagefolder-corpus", "jsonl-corpus")
+DEFAULT_COUNT = {"imagefolder-corpus": 240, "jsonl-corpus": 2000}
+JSONL_FILES = 4
+# fmt: off
+WORDS = (
+    "robot", "arm", "gripper", "cube", "block", "drawer", "table", "camera", "light", "shadow",
+    "red", "blue", "green", "yellow", "left", "right", "near", "far", "slowly", "quickly",
+    "opens", "closes", "lifts", "pushes", "turns", "holds", "the", "a", "on", "under", "beside",
+)
+# fmt: on
 
 Samples = tuple[dict[str, Any], dict[str, Any], list[str]]
 
@@ -175,19 +199,129 @@ def make_samples(kind: str, seed: int = DEFAULT_SEED) -> Samples:
     return makers[kind](seed)
 
 
+def write_imagefolder_corpus(
+    out: str | os.PathLike[str],
+    seed: int = DEFAULT_SEED,
+    *,
+    num_images: int = DEFAULT_COUNT["imagefolder-corpus"],
+    bad: int = 0,
+    overwrite: bool = False,
+) -> int:
+    """Write the ``images`` samples as ``out/<class>/<nnnn>.jpg|png``; return the files written.
+
+    ``bad`` broken files are added round-robin over the classes as ``bad-<j>.jpg`` (the first
+    half of a JPEG: truncated) and ``bad-<j>.png`` (text, not an image).
+    """
+    _, data, _ = make_image_samples(seed, num_images=num_images)
+    classes = [c[0] for c in IMAGE_CLASSES]
+    _prepare(out, set(classes), overwrite)
+    written = 0
+    for i, (blob, label) in enumerate(zip(data["image"], data["label"].tolist(), strict=True)):
+        ext = "jpg" if i % 2 == 0 else "png"  # make_image_samples alternates JPEG and PNG
+        written += _write(out, f"{classes[label]}/{i:04d}.{ext}", blob)
+    jpeg = data["image"][0]
+    for j in range(bad):
+        folder = classes[j % len(classes)]
+        if j % 2 == 0:
+            written += _write(out, f"{folder}/bad-{j}.jpg", jpeg[: len(jpeg) // 2])
+        else:
+            written += _write(out, f"{folder}/bad-{j}.png", b"this is a text file, not a PNG\n")
+    return written
+
+
+def write_jsonl_corpus(
+    out: str | os.PathLike[str],
+    seed: int = DEFAULT_SEED,
+    *,
+    num_records: int = DEFAULT_COUNT["jsonl-corpus"],
+    num_files: int = JSONL_FILES,
+    bad: int = 0,
+    overwrite: bool = False,
+) -> int:
+    """Write ``num_records`` JSON records over ``out/part-<k>.jsonl``; return the files written.
+
+    Texts are 3-120 random words (a long tail of sizes). ``bad`` broken lines are spread over the
+    files: alternately a truncated JSON object and a record without ``text``.
+    """
+    rng = np.random.default_rng(seed)
+    names = [f"part-{k}.jsonl" for k in range(num_files)]
+    _prepare(out, set(names), overwrite)
+    lines: list[str] = []
+    for i in range(num_records):
+        count = int(min(120, 3 + rng.lognormal(2.5, 0.8)))
+        text = " ".join(rng.choice(WORDS, size=count).tolist())
+        label = int(rng.integers(0, len(IMAGE_CLASSES)))
+        record = {
+            "id": i,
+            "text": text,
+            "label": label,
+            "score": round(float(rng.uniform(0, 1)), 6),
+            "meta": {"words": count, "class": IMAGE_CLASSES[label][0]},
+        }
+        lines.append(json.dumps(record, ensure_ascii=False))
+    for j in reversed(range(bad)):  # from the end, so earlier insert positions stay put
+        broken = '{"id": -1, "text": "cut off' if j % 2 == 0 else json.dumps({"id": -1 - j})
+        lines.insert((2 * j + 1) * len(lines) // (2 * bad), broken)
+    per_file = -(-len(lines) // num_files)
+    for k, name in enumerate(names):
+        chunk = lines[k * per_file : (k + 1) * per_file]
+        _write(out, name, "".join(line + "\n" for line in chunk).encode())
+    return len(names)
+
+
+def _prepare(out: str | os.PathLike[str], ours: set[str], overwrite: bool) -> None:
+    """Make ``out``; an existing non-empty ``out`` is replaced only with ``overwrite``, and only
+    when it holds nothing but what this script writes there (so a wrong path is never wiped)."""
+    if os.path.isdir(out) and os.listdir(out):
+        if not overwrite:
+            raise FileExistsError(f"{out} is not empty; pass --overwrite to replace it")
+        foreign = sorted(set(os.listdir(out)) - ours)
+        if foreign:
+            raise FileExistsError(
+                f"{out} holds {foreign[:3]}, which this script did not write; not replacing it"
+            )
+        shutil.rmtree(out)
+    os.makedirs(out, exist_ok=True)
+
+
+def _write(out: str | os.PathLike[str], rel: str, blob: bytes) -> int:
+    path = os.path.join(out, *rel.split("/"))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as handle:
+        handle.write(blob)
+    return 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=(
-            "Generate a small deterministic sample corpus (numpy + Pillow, no network) and write "
-            "it as a shardfeed dataset with several size-balanced shards."
+            "Generate a small deterministic sample corpus (numpy + Pillow, no network): write it "
+            "as a shardfeed dataset (robot, images), or as raw input files for `shardfeed "
+            "convert` (imagefolder-corpus, jsonl-corpus)."
         )
     )
-    parser.add_argument("--out", required=True, help="dataset directory to write")
+    parser.add_argument("--out", required=True, help="directory to write")
     parser.add_argument(
         "--kind",
-        choices=("robot", "images"),
+        choices=("robot", "images", *RAW_KINDS),
         default="robot",
-        help="robot: episodic LeRobot-style frames; images: JPEG/PNG + label + caption (default robot)",
+        help=(
+            "robot: episodic LeRobot-style frames; images: JPEG/PNG + label + caption (both as a "
+            "dataset); imagefolder-corpus: OUT/<class>/*.jpg|png; jsonl-corpus: OUT/part-*.jsonl "
+            "(default robot)"
+        ),
+    )
+    parser.add_argument(
+        "--count",
+        type=int,
+        default=None,
+        help="raw kinds: images or records to write (default 240 images, 2000 records)",
+    )
+    parser.add_argument(
+        "--bad",
+        type=int,
+        default=0,
+        help="raw kinds: add this many deliberately broken inputs, which convert rejects (default 0)",
     )
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="random seed (default 0)")
     parser.add_argument(
@@ -196,13 +330,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="payload bytes per shard, e.g. 48KB (default: 48KB for robot, 200KB for images)",
     )
     parser.add_argument(
-        "--overwrite", action="store_true", help="replace an existing dataset at --out"
+        "--overwrite", action="store_true", help="replace an existing dataset or corpus at --out"
     )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.kind in RAW_KINDS:
+        if args.target_shard_size is not None:
+            parser.error("--target-shard-size is for robot and images (datasets), not raw corpora")
+        if args.bad < 0 or (args.count is not None and args.count < 1):
+            parser.error("--bad must be >= 0 and --count >= 1")
+        return _write_raw(args)
+    if args.count is not None or args.bad:
+        parser.error("--count and --bad are for the raw kinds (imagefolder-corpus, jsonl-corpus)")
     from shardfeed import write_dataset
     from shardfeed.schemas.errors import ShardfeedError
 
@@ -224,6 +367,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"make_sample_corpus: error: {err}", file=sys.stderr)
         return 1
     print(f"wrote {manifest.num_samples} samples in {len(manifest.shards)} shards to {args.out}")
+    return 0
+
+
+def _write_raw(args: argparse.Namespace) -> int:
+    count = args.count or DEFAULT_COUNT[args.kind]
+    try:
+        if args.kind == "imagefolder-corpus":
+            files = write_imagefolder_corpus(
+                args.out, args.seed, num_images=count, bad=args.bad, overwrite=args.overwrite
+            )
+            what = f"{count} images"
+        else:
+            files = write_jsonl_corpus(
+                args.out, args.seed, num_records=count, bad=args.bad, overwrite=args.overwrite
+            )
+            what = f"{count} records"
+    except OSError as err:
+        print(f"make_sample_corpus: error: {err}", file=sys.stderr)
+        return 1
+    broken = f" and {args.bad} broken input(s)" if args.bad else ""
+    print(f"wrote {what}{broken} in {files} files to {args.out}")
     return 0
 
 

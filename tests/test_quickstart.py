@@ -1,7 +1,9 @@
-"""The quickstart path: sample corpus -> write_dataset -> open, read back, verify, inspect.
+"""The quickstart path and the sample maker it uses (``scripts/make_sample_corpus.py``).
 
-This is what ``scripts/quickstart.sh`` does, minus the venv; the sample maker is loaded from
-``scripts/make_sample_corpus.py``.
+``scripts/quickstart.sh`` writes a raw image folder with the maker's ``imagefolder-corpus`` kind,
+converts it with ``shardfeed convert`` and runs ``verify``, ``rejects`` and ``inspect``:
+``test_quickstart_convert_path`` does the same, minus the venv. The maker's in-memory samples also
+go through ``write_dataset`` here (the Python API path).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from shardfeed.cli.main import main as shardfeed_main
 from shardfeed.schemas.manifest import MANIFEST_PATH
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "make_sample_corpus.py"
+QUICKSTART = SCRIPT.with_name("quickstart.sh")
 
 
 @pytest.fixture(scope="module")
@@ -248,3 +251,126 @@ def test_script_main_writes_a_dataset(corpus: ModuleType, tmp_path: Path, capsys
     assert corpus.main(["--kind", "robot", "--out", str(root), "--overwrite"]) == 0
     with open_dataset(root) as ds:
         assert ds.info.total_episodes == 20
+
+
+# -- raw corpora for `shardfeed convert`: what quickstart.sh converts -----------------------------
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_imagefolder_corpus_is_raw_and_deterministic(corpus: ModuleType, tmp_path: Path) -> None:
+    root = tmp_path / "images"
+    assert corpus.write_imagefolder_corpus(root, num_images=40, bad=2) == 42
+    files = _files(root)
+    classes = sorted(c[0] for c in corpus.IMAGE_CLASSES)
+    assert sorted({name.split("/")[0] for name in files}) == classes
+    _, data, _ = corpus.make_image_samples(0, num_images=40)
+    good = {name: blob for name, blob in files.items() if "/bad-" not in name}
+    assert sorted(good.values()) == sorted(data["image"])  # the samples, byte for byte
+    for name, blob in good.items():
+        with Image.open(io.BytesIO(blob)) as img:
+            assert img.format == ("JPEG" if name.endswith(".jpg") else "PNG")
+    assert sorted(set(files) - set(good)) == ["circle/bad-0.jpg", "square/bad-1.png"]
+    # the same seed gives the same bytes; --overwrite replaces, and only what the maker wrote
+    again = tmp_path / "again"
+    corpus.write_imagefolder_corpus(again, num_images=40, bad=2)
+    assert _files(again) == files
+    with pytest.raises(FileExistsError, match="overwrite"):
+        corpus.write_imagefolder_corpus(root, num_images=40)
+    corpus.write_imagefolder_corpus(root, num_images=8, overwrite=True)
+    assert len(_files(root)) == 8
+    (root / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="did not write"):
+        corpus.write_imagefolder_corpus(root, overwrite=True)
+    assert (root / "notes.txt").exists()
+
+
+def test_jsonl_corpus_is_raw_and_deterministic(corpus: ModuleType, tmp_path: Path) -> None:
+    root = tmp_path / "jsonl"
+    assert corpus.write_jsonl_corpus(root, num_records=300, bad=3) == corpus.JSONL_FILES
+    files = _files(root)
+    assert sorted(files) == [f"part-{k}.jsonl" for k in range(corpus.JSONL_FILES)]
+    lines = [line for name in sorted(files) for line in files[name].decode().splitlines()]
+    assert len(lines) == 303
+    records, broken = [], []
+    for line in lines:
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            broken.append(line)
+            continue
+        (records if "text" in obj else broken).append(obj)
+    assert len(broken) == 3
+    assert [r["id"] for r in records] == list(range(300))
+    assert all(isinstance(r["text"], str) and r["text"] for r in records)
+    assert len({len(r["text"]) for r in records}) > 20, "text sizes should vary"
+    corpus.write_jsonl_corpus(tmp_path / "again", num_records=300, bad=3)
+    assert _files(tmp_path / "again") == files
+
+
+def test_script_main_writes_raw_corpora(corpus: ModuleType, tmp_path: Path, capsys) -> None:
+    root = tmp_path / "src"
+    argv = ["--kind", "imagefolder-corpus", "--out", str(root), "--count", "12", "--bad", "1"]
+    assert corpus.main(argv) == 0
+    assert "12 images and 1 broken input(s) in 13 files" in capsys.readouterr().out
+    assert corpus.main(argv) == 1  # not empty, no --overwrite: a clean error
+    assert "overwrite" in capsys.readouterr().err
+    assert corpus.main([*argv, "--overwrite"]) == 0
+    argv = ["--kind", "jsonl-corpus", "--out", str(tmp_path / "j"), "--count", "50"]
+    assert corpus.main(argv) == 0
+    assert "50 records in 4 files" in capsys.readouterr().out
+    for bad in (["--target-shard-size", "1KB"], ["--bad", "-1"]):
+        with pytest.raises(SystemExit) as info:
+            corpus.main([*argv, *bad])
+        assert info.value.code == 2
+    with pytest.raises(SystemExit):
+        corpus.main(["--kind", "robot", "--out", str(tmp_path / "r"), "--bad", "1"])
+
+
+def test_quickstart_convert_path(corpus: ModuleType, tmp_path: Path, capsys) -> None:
+    """quickstart.sh minus the venv: raw image folder -> convert -> verify, rejects, inspect."""
+    pytest.importorskip("apache_beam")
+    script = QUICKSTART.read_text()
+    assert "--kind imagefolder-corpus" in script and "--bad 2" in script
+    assert (
+        '"$VENV/bin/shardfeed" convert "$SRC" "$OUT" --overwrite --target-shard-size 150KB'
+        in script
+    )
+    src, dst = tmp_path / "quickstart-src", tmp_path / "quickstart"
+    assert corpus.main(["--kind", "imagefolder-corpus", "--out", str(src), "--bad", "2"]) == 0
+    argv = ["convert", str(src), str(dst), "--overwrite", "--target-shard-size", "150KB"]
+    capsys.readouterr()
+    assert shardfeed_main([*argv, "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["samples_in"], summary["samples_out"]) == (242, 240)
+    assert summary["rejects"] == {
+        "total": 2,
+        "by_reason": {"image_not_image": 1, "image_truncated": 1},
+    }
+    with open_dataset(dst) as ds:
+        assert len(ds) == 240 and len(ds.shards) >= 5
+        labels = ds.read(0, len(ds), columns=["label"])["label"]
+        assert sorted(np.bincount(labels).tolist()) == sorted(
+            np.bincount(corpus.make_image_samples(0)[1]["label"]).tolist()
+        )
+        assert ds.info.features["label"].names == sorted(c[0] for c in corpus.IMAGE_CLASSES)
+    assert shardfeed_main(["verify", str(dst)]) == 0
+    capsys.readouterr()
+    assert shardfeed_main(["rejects", "--json", str(dst)]) == 0
+    listed = json.loads(capsys.readouterr().out)["rejects"]
+    assert [(r["source"], r["reason"]) for r in listed] == [
+        ("circle/bad-0.jpg", "image_truncated"),
+        ("square/bad-1.png", "image_not_image"),
+    ]
+    code, out = _cli("inspect", str(dst))
+    assert code == 0 and "samples        240" in out and "image_truncated" in out
+    # a re-run replaces the dataset with the same bytes
+    manifest = (dst / MANIFEST_PATH).read_bytes()
+    assert shardfeed_main(argv) == 0
+    assert (dst / MANIFEST_PATH).read_bytes() == manifest

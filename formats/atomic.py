@@ -1,4 +1,8 @@
-"""Atomic local writes: a temporary name in the same directory, fsync, then rename."""
+"""Atomic local writes: a temporary name in the same directory, fsync, then rename.
+
+``durable=False`` skips both fsyncs, for scratch files a re-run recomputes anyway (a conversion's
+work directory): the rename still makes them appear whole or not at all to other processes.
+"""
 
 from __future__ import annotations
 
@@ -22,25 +26,27 @@ def is_temp_name(name: str) -> bool:
 
 
 @contextlib.contextmanager
-def atomic_open(path: str) -> Iterator[BinaryIO]:
+def atomic_open(path: str, *, durable: bool = True) -> Iterator[BinaryIO]:
     """Yield a binary file; on success it is fsynced and renamed to ``path``, on error removed."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = temp_name(path)
     try:
         with open(tmp, "wb") as handle:
             yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    _fsync_dir(os.path.dirname(path) or ".")
+    if durable:
+        _fsync_dir(os.path.dirname(path) or ".")
 
 
-def atomic_write_bytes(path: str, data: bytes) -> None:
-    with atomic_open(path) as handle:
+def atomic_write_bytes(path: str, data: bytes, *, durable: bool = True) -> None:
+    with atomic_open(path, durable=durable) as handle:
         handle.write(data)
 
 

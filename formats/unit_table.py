@@ -116,4 +116,4 @@ def _write(path: str, table: pa.Table) -> None:
     sink = io.BytesIO()
     pq.write_table(table, sink, compression="zstd")
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    atomic_write_bytes(path, sink.getvalue())
+    atomic_write_bytes(path, sink.getvalue(), durable=False)  # scratch: a re-run rescans

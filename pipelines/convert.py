@@ -22,15 +22,18 @@ import numpy as np
 import pyarrow as pa
 
 from shardfeed.formats.atomic import atomic_write_bytes
-from shardfeed.formats.publish import DatasetOptions, build_shard
+from shardfeed.formats.publish import DatasetOptions, ShardOutcome, build_shard
 from shardfeed.formats.sources.base import SourceReader
 from shardfeed.formats.unit_table import KeyedUnit, read_units, write_totals, write_units
 from shardfeed.planning.shard_plan import ContiguousPlan, ShardPlan, bucket_of
+from shardfeed.schemas.errors import ShardfeedError
 from shardfeed.schemas.features import FeatureSpec
+from shardfeed.schemas.manifest import canonical_json
 from shardfeed.transforms.hashing import shuffle_key
 
 Plan = ShardPlan | ContiguousPlan
 WORK_DIR = ".shardfeed-work"  # under DST while a run is in flight; removed after publishing
+PREVIOUS = "previous-shards"  # sidecars of an interrupted run, under WORK_DIR, checked for reuse
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,11 @@ class GraphConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "work", os.path.join(self.dst, WORK_DIR))
 
+    def sidecar(self, number: int, *, previous: bool = False) -> str:
+        """Work path of shard ``number``'s JSON sidecar (its outcome and the digest of its inputs);
+        ``previous``: the one an interrupted earlier run left, which this run may reuse."""
+        return os.path.join(self.work, PREVIOUS if previous else "shards", f"{number:06d}.json")
+
     def part(self, kind: str, source_file: str, suffix: str) -> str:
         """Work path of one source file's part (units, totals, rejects), named by a stable hash."""
         name = hashlib.blake2b(source_file.encode(), digest_size=12).hexdigest()
@@ -53,7 +61,9 @@ def infer_file(file: str, source: SourceReader, config: GraphConfig) -> str:
     """source file -> its schema-inference part as JSON (sources whose schema comes from the data)."""
     part = dataclasses.asdict(source.infer(file))
     atomic_write_bytes(
-        config.part("infer", file, ".json"), json.dumps(part, sort_keys=True).encode()
+        config.part("infer", file, ".json"),
+        json.dumps(part, sort_keys=True).encode(),
+        durable=False,  # scratch: a re-run infers again
     )
     return file
 
@@ -110,6 +120,14 @@ def write_planned_shard(
     ordered = sorted(
         units, key=KeyedUnit.sort_key if shuffled else lambda u: (u.ref.file, u.ref.position)
     )
+    sidecar = config.sidecar(number)
+    inputs = shard_inputs_digest(number, ordered, spec, plan, config)
+    reused = reusable_outcome(config.dst, config.sidecar(number, previous=True), inputs)
+    if reused is not None:  # an interrupted run already wrote exactly this shard
+        state = {"inputs": inputs, "outcome": reused.to_state()}
+        atomic_write_bytes(sidecar, json.dumps(state, separators=(",", ":")).encode())
+        beam.metrics.Metrics.counter("shardfeed", "shards_reused").inc()
+        return reused.record.rows
     table = source.read([u.ref for u in ordered], spec)
     table = renumber(
         table, spec, [u.ref.rows for u in ordered], plan.row_start[number], plan.unit_start[number]
@@ -124,11 +142,59 @@ def write_planned_shard(
         index_start=plan.row_start[number],
         source_episode_ids=[u.ref.position for u in ordered] if episodic else None,
     )
-    sidecar = os.path.join(config.work, "shards", f"{number:06d}.json")
-    atomic_write_bytes(sidecar, json.dumps(outcome.to_state(), separators=(",", ":")).encode())
+    state = {"inputs": inputs, "outcome": outcome.to_state()}
+    atomic_write_bytes(sidecar, json.dumps(state, separators=(",", ":")).encode())
     beam.metrics.Metrics.counter("shardfeed", "shards").inc()
     beam.metrics.Metrics.counter("shardfeed", "bytes").inc(outcome.record.bytes)
     return table.num_rows
+
+
+def shard_inputs_digest(
+    number: int, ordered: Sequence[KeyedUnit], spec: FeatureSpec, plan: Plan, config: GraphConfig
+) -> str:
+    """sha256 of everything a shard's bytes depend on: its units in order (with their content
+    hashes), where its rows and episodes start, the spec and the dataset options."""
+    h = hashlib.sha256()
+    head = {
+        "number": number,
+        "row_start": int(plan.row_start[number]),
+        "unit_start": int(plan.unit_start[number]),
+        "spec": spec.to_json(),
+        "options": dataclasses.asdict(config.options),
+    }
+    h.update(canonical_json(head).encode())
+    for unit in ordered:
+        ref = unit.ref
+        line = f"\n{ref.file}\0{ref.position}\0{ref.rows}\0{ref.payload_bytes}\0{ref.content_hash}"
+        h.update(line.encode())
+    return h.hexdigest()
+
+
+def reusable_outcome(dst: str, sidecar: str, inputs: str) -> ShardOutcome | None:
+    """The outcome an earlier, interrupted run recorded for the same shard inputs, if every file it
+    names is still whole (size and sha256 re-checked); else None and the shard is written anew."""
+    try:
+        with open(sidecar, encoding="utf-8") as handle:
+            state = json.load(handle)
+        if state.get("inputs") != inputs:
+            return None
+        outcome = ShardOutcome.from_state(state["outcome"])
+    except (OSError, ValueError, KeyError, TypeError, ShardfeedError):
+        return None
+    records = [outcome.record, *getattr(outcome, "files", ())]  # the shard, and its videos if any
+    if not all(_file_matches(os.path.join(dst, r.path), r.bytes, r.sha256) for r in records):
+        return None
+    return outcome
+
+
+def _file_matches(path: str, size: int, sha256: str) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            if os.fstat(handle.fileno()).st_size != size:
+                return False
+            return hashlib.file_digest(handle, "sha256").hexdigest() == sha256
+    except OSError:
+        return False
 
 
 def renumber(

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 
+from shardfeed.formats.layout import LISTED_DIRS
 from shardfeed.formats.meta_writer import file_record
 from shardfeed.formats.publish import DatasetOptions, ShardOutcome, prepare_root, publish
 from shardfeed.formats.rejects import REJECTS_DIR
@@ -28,6 +29,7 @@ from shardfeed.formats.shard_writer import DEFAULT_ROW_GROUP_BYTES
 from shardfeed.formats.sources import SourceReader, detect_kind, open_source
 from shardfeed.formats.unit_table import read_totals
 from shardfeed.pipelines.convert import (
+    PREVIOUS,
     WORK_DIR,
     GraphConfig,
     InferSchema,
@@ -98,6 +100,7 @@ class ConvertSummary:
     seconds: float
     notes: list[str]
     published: bool
+    phases: dict[str, float] = field(default_factory=dict)  # wall seconds per phase, in run order
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -115,6 +118,7 @@ class ConvertSummary:
             "compression_ratio": round(self.payload_bytes / self.bytes, 4) if self.bytes else None,
             "seconds": round(self.seconds, 3),
             "samples_per_s": round(self.samples_out / self.seconds, 1) if self.seconds else None,
+            "phases": {name: round(seconds, 3) for name, seconds in self.phases.items()},
             "notes": self.notes,
         }
 
@@ -122,12 +126,15 @@ class ConvertSummary:
 def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> ConvertSummary:
     """Convert ``config.src`` into a published dataset at ``config.dst`` (raises on failure)."""
     started = time.monotonic()
+    clock = _PhaseClock(started)
     kind = config.kind or detect_kind(config.src)
     media = {"media_hook": config.image_policy()} if kind == "imagefolder" else {}
     source = open_source(config.src, kind, **media, **config.source_options)
     meta = source.meta()
     dst = os.path.abspath(config.dst)
-    prepare_root(dst, config.overwrite or _only_leftovers(dst))
+    takeover = _only_leftovers(dst) and not config.overwrite
+    if not takeover:
+        prepare_root(dst, config.overwrite)
     options = DatasetOptions(
         tasks=meta.tasks,
         fps=meta.fps,
@@ -138,9 +145,13 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
         content_options=config.content_options(kind),
     )
     graph = GraphConfig(dst=dst, seed=config.shuffle_seed or 0, options=options)
-    shutil.rmtree(graph.work, ignore_errors=True)
+    if takeover:
+        _keep_finished_shards(dst, graph.work)
+    else:
+        shutil.rmtree(graph.work, ignore_errors=True)
     files = source.files()
     pipeline_options = PipelineOptions(list(beam_args))
+    clock.mark("open")
 
     # 0. data-typed sources (JSONL) infer their schema from every file first
     inferred = None
@@ -152,6 +163,7 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
             ),
         )
         inferred = _merge_inferred(source, graph, files)
+        clock.mark("infer")
     spec = source.spec(inferred)
 
     progress = WorkDirProgress(graph.work, len(files), force=config.progress)
@@ -165,6 +177,7 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
                 | "ScanFiles" >> ScanFiles(source, spec, graph)
             ),
         )
+    clock.mark("scan")
     reject_names, reject_counts = _collect_rejects(graph.work)
     rejected_units = sum(reject_counts.values())
     # 2. plan on the driver from the small per-file totals
@@ -183,6 +196,7 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
             f"--max-reject-fraction {config.max_reject_fraction:.2%}; nothing was published. "
             f"Reasons: {dict(sorted(reject_counts.items()))}. Reject details are in {graph.work}/rejects/"
         )
+    clock.mark("plan")
     # 3. write: each shard writer reads its own units; payloads never cross the shuffle
     progress.total_shards = plan.num_shards
     if plan.num_shards:
@@ -200,6 +214,8 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
         raise ShardfeedError(
             f"the runner wrote {len(outcomes)} of {plan.num_shards} planned shards; nothing was published"
         )
+    clock.mark("write")
+    _remove_unplanned(dst, outcomes)
     extra = _move_rejects(dst, graph.work, reject_names)
     publish(
         dst,
@@ -210,6 +226,7 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
         extra_files=extra,
     )
     shutil.rmtree(graph.work, ignore_errors=True)
+    clock.mark("publish")
     samples_out = sum(o.record.rows for o in outcomes)
     return ConvertSummary(
         dst=dst,
@@ -222,7 +239,21 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
         seconds=time.monotonic() - started,
         notes=list(meta.notes),
         published=True,
+        phases=clock.phases,
     )
+
+
+class _PhaseClock:
+    """Wall seconds per named phase, each measured from the previous mark."""
+
+    def __init__(self, started: float) -> None:
+        self.last = started
+        self.phases: dict[str, float] = {}
+
+    def mark(self, name: str) -> None:
+        now = time.monotonic()
+        self.phases[name] = now - self.last
+        self.last = now
 
 
 def _run(options: PipelineOptions, build: Callable[[beam.Pipeline], object]) -> None:
@@ -290,6 +321,34 @@ def _only_leftovers(dst: str) -> bool:
     )
 
 
+def _keep_finished_shards(dst: str, work: str) -> None:
+    """Take over an interrupted run's DST: its shard files stay, and its sidecars move aside to
+    ``previous-shards/``, where each writer checks whether its shard is already done
+    (:func:`~shardfeed.pipelines.convert.reusable_outcome`); the rest of the work dir is redone."""
+    previous = os.path.join(work, PREVIOUS)
+    os.makedirs(previous, exist_ok=True)
+    finished = os.path.join(work, "shards")
+    if os.path.isdir(finished):
+        for name in os.listdir(finished):
+            os.replace(os.path.join(finished, name), os.path.join(previous, name))
+    for name in os.listdir(work):
+        if name != PREVIOUS:
+            shutil.rmtree(os.path.join(work, name), ignore_errors=True)
+    shutil.rmtree(os.path.join(dst, "meta"), ignore_errors=True)
+
+
+def _remove_unplanned(dst: str, outcomes: Sequence[ShardOutcome]) -> None:
+    """Delete data and video files this run did not write (an interrupted run's other shards,
+    temporary files), so the published tree holds exactly what the manifest lists."""
+    keep = {r.path for o in outcomes for r in (o.record, *getattr(o, "files", ()))}
+    for top in LISTED_DIRS:
+        for directory, _, names in os.walk(os.path.join(dst, top)):
+            for name in names:
+                path = os.path.join(directory, name)
+                if os.path.relpath(path, dst).replace(os.sep, "/") not in keep:
+                    os.unlink(path)
+
+
 def _read_outcomes(work: str) -> list[ShardOutcome]:
     directory = os.path.join(work, "shards")
     if not os.path.isdir(directory):
@@ -298,7 +357,7 @@ def _read_outcomes(work: str) -> list[ShardOutcome]:
     for name in sorted(os.listdir(directory)):
         if name.endswith(".json") and not name.startswith("."):
             with open(os.path.join(directory, name), encoding="utf-8") as handle:
-                outcomes.append(ShardOutcome.from_state(json.load(handle)))
+                outcomes.append(ShardOutcome.from_state(json.load(handle)["outcome"]))
     return outcomes
 
 

@@ -66,7 +66,7 @@ class WorkDirProgress:
             if name not in self._seen:
                 try:
                     with open(os.path.join(shards_dir, name), encoding="utf-8") as handle:
-                        record = json.load(handle)["record"]
+                        record = json.load(handle)["outcome"]["record"]
                     self._seen[name] = (record["rows"], record["bytes"])
                 except (OSError, ValueError, KeyError):
                     continue  # being written; next time

@@ -319,3 +319,47 @@ def test_progress_line_and_takeover_of_an_interrupted_run(tmp_path, capsys):
     (dst / "data" / "chunk-000" / "file-000.parquet").write_bytes(b"half a shard")
     assert main(["convert", str(src), str(dst), "--target-shard-size", "40KB"]) == 0
     assert _tree(dst) == _tree(clean)
+
+
+def test_a_rerun_reuses_the_shards_an_interrupted_run_finished(tmp_path, capsys, monkeypatch):
+    import shardfeed.pipelines.convert as graph
+
+    src = _jsonl_corpus(tmp_path / "src", n=600)
+    args = ["--target-shard-size", "40KB"]
+    clean = tmp_path / "clean"
+    assert main(["convert", str(src), str(clean), *args]) == 0
+    dst = tmp_path / "dst"
+    real_build_shard = graph.build_shard
+    calls = []
+
+    def crash_on_third_shard(root, number, *a, **kw):
+        calls.append(number)
+        if len(calls) == 3:
+            raise RuntimeError(f"simulated crash while writing shard {number}")
+        return real_build_shard(root, number, *a, **kw)
+
+    monkeypatch.setattr(graph, "build_shard", crash_on_third_shard)
+    with pytest.raises(Exception, match="simulated crash"):
+        main(["convert", str(src), str(dst), *args])
+    monkeypatch.undo()
+    assert not (dst / "meta" / "manifest.json").exists()
+    with pytest.raises(Exception, match="manifest"):
+        open_dataset(dst)
+    finished = {p: _identity(p) for p in (dst / "data").rglob("*.parquet")}
+    assert len(finished) == 2  # the two shards written before the crash
+    # one finished shard is damaged after the crash: its hash no longer checks out
+    damaged = sorted(finished)[0]
+    damaged.write_bytes(damaged.read_bytes()[:-1] + b"\0")
+    finished.pop(damaged)
+
+    assert main(["convert", str(src), str(dst), *args]) == 0
+    assert _tree(dst) == _tree(clean)
+    # intact shards were kept as they were (same inode and mtime); the damaged one was written anew
+    # (the trees are equal)
+    for path, identity in finished.items():
+        assert _identity(path) == identity, path
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_ino, st.st_mtime_ns

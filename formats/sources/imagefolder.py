@@ -46,7 +46,6 @@ from shardfeed.schemas.rejects import RejectError, RejectRecord
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp")
 #: Fixed bytes per sample besides the image and its path: the int64 label.
 LABEL_BYTES = 8
-_READ_CHUNK = 1 << 20
 
 
 def is_image_name(name: str) -> bool:
@@ -168,19 +167,11 @@ class ImageFolderSource:
             if problem is not None:
                 result.rejects.append(RejectRecord(rel, "", *problem))
                 continue
-            try:
-                size, digest = self._scan_file(rel)
-            except RejectError as err:
-                result.rejects.append(RejectRecord(rel, "", err.reason, err.message))
+            outcome = self._try_scan_file(rel)
+            if isinstance(outcome, RejectRecord):
+                result.rejects.append(outcome)
                 continue
-            except UnsafePathError as err:
-                result.rejects.append(RejectRecord(rel, "", "path_escape", err.message))
-                continue
-            except OSError as err:
-                result.rejects.append(
-                    RejectRecord(rel, "", "io_error", f"cannot read {rel}: {err}")
-                )
-                continue
+            size, digest = outcome
             result.units.append(
                 UnitRef(
                     file=file,
@@ -193,13 +184,20 @@ class ImageFolderSource:
             )
         return result
 
-    def _scan_file(self, rel: str) -> tuple[int, str]:
-        """(stored image size, blake2b-128 of the source bytes); the media hook runs here."""
-        data = self.location.read_bytes(rel, rel)
-        digest = hashlib.blake2b(data, digest_size=16).hexdigest()
-        if self.media_hook is not None:
-            data = self.media_hook(data)
-        return len(data), digest
+    def _try_scan_file(self, rel: str) -> tuple[int, str] | RejectRecord:
+        """(stored image size, blake2b-128 of the source bytes), or the reject saying why not."""
+        try:
+            data = self.location.read_bytes(rel, rel)
+            digest = hashlib.blake2b(data, digest_size=16).hexdigest()
+            if self.media_hook is not None:
+                data = self.media_hook(data)
+            return len(data), digest
+        except RejectError as err:
+            return RejectRecord(rel, "", err.reason, err.message)
+        except UnsafePathError as err:
+            return RejectRecord(rel, "", "path_escape", err.message)
+        except OSError as err:
+            return RejectRecord(rel, "", "io_error", f"cannot read {rel}: {err}")
 
     def _list_images(self, class_dir: str) -> tuple[list[str], list[tuple[str, tuple[str, str]]]]:
         """Image paths under a class directory, and ``(path, (reason, message))`` problems."""
@@ -264,26 +262,15 @@ class ImageFolderSource:
         """Rows ``{image: {bytes, path: None}, label, path}`` of ``refs``, in order, in ``spec``'s
         schema. Raises :class:`ShardfeedError` if an image's size changed since it was scanned."""
         blobs, labels, paths = [], [], []
-        for ref in refs:
+        for ref, data in zip(refs, map(self._load, refs), strict=True):
             rel = str(ref.locator[0])
-            label = self._labels.get(ref.file)
-            if label is None:
-                raise ShardfeedError(f"{self.root}: {ref.file!r} is not a class directory")
-            data = self.location.read_bytes(rel, rel)
-            if self.media_hook is not None and self.media_hook.rewrites:
-                try:
-                    data = self.media_hook(data)
-                except RejectError as err:  # it passed at scan time, so the file changed since
-                    raise ShardfeedError(
-                        f"{self.root}: {rel} changed since it was scanned ({err})"
-                    ) from None
             if sample_payload_bytes(len(data), rel) != ref.payload_bytes:
                 raise ShardfeedError(
                     f"{self.root}: {rel} changed since it was scanned "
                     f"({len(data)} bytes now); re-run the conversion"
                 )
             blobs.append(data)
-            labels.append(label)
+            labels.append(self._labels[ref.file])
             paths.append(rel)
         image = pa.StructArray.from_arrays(
             [pa.array(blobs, pa.binary()), pa.nulls(len(blobs), pa.string())],
@@ -297,6 +284,21 @@ class ImageFolderSource:
             }
         )
         return conform(table, spec)
+
+    def _load(self, ref: UnitRef) -> bytes:
+        """One unit's stored image bytes (re-encoded when the media hook rewrites images)."""
+        rel = str(ref.locator[0])
+        if ref.file not in self._labels:
+            raise ShardfeedError(f"{self.root}: {ref.file!r} is not a class directory")
+        data = self.location.read_bytes(rel, rel)
+        if self.media_hook is not None and self.media_hook.rewrites:
+            try:
+                data = self.media_hook(data)
+            except RejectError as err:  # it passed at scan time, so the file changed since
+                raise ShardfeedError(
+                    f"{self.root}: {rel} changed since it was scanned ({err})"
+                ) from None
+        return data
 
     def __repr__(self) -> str:
         return f"ImageFolderSource({self.root!r}, classes={len(self.label_names)})"

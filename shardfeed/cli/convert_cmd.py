@@ -164,7 +164,9 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
             f"converted {s['samples_out']:,} of {s['samples_in']:,} samples into {s['shards']} shard{'' if s['shards'] == 1 else 's'} at {s['dst']}\n"
             f"  rejects   {s['rejects']['total']:,} {s['rejects']['by_reason'] or ''}\n"
             f"  bytes     {format_size(s['bytes'])} on disk, {format_size(s['payload_bytes'])} payload (x{s['compression_ratio']})\n"
-            f"  time      {s['seconds']} s, {s['samples_per_s']} samples/s",
+            f"  time      {s['seconds']} s, {s['samples_per_s']} samples/s ("
+            + ", ".join(f"{name} {sec} s" for name, sec in s["phases"].items())
+            + ")",
             file=sys.stdout,
         )
         for note in s["notes"]:

@@ -1,0 +1,74 @@
+"""Location.read_bytes: the local fast path checks exactly what the resolving path checks."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from shardfeed.formats.storage import locate
+from shardfeed.schemas.errors import UnsafePathError
+
+
+@pytest.fixture
+def tree(tmp_path):
+    root = tmp_path / "root"
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "a" / "b" / "x.bin").write_bytes(b"x" * 100_000)
+    (root / "top.bin").write_bytes(b"top")
+    (root / "empty.bin").write_bytes(b"")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.bin").write_bytes(b"secret")
+    os.symlink(root / "a" / "b" / "x.bin", root / "a" / "inside_link.bin")
+    os.symlink(outside / "secret.bin", root / "a" / "escape_link.bin")
+    os.symlink(outside, root / "a" / "escape_dir")
+    os.symlink(root / "a" / "b", root / "dir_link")
+    return root
+
+
+def test_reads_whole_files_at_any_depth(tree):
+    loc = locate(tree)
+    assert loc.read_bytes("a/b/x.bin") == b"x" * 100_000
+    assert loc.read_bytes("top.bin") == b"top"
+    assert loc.read_bytes("empty.bin") == b""
+    # a second read of the same directory uses the cached real directory
+    assert loc.read_bytes("a/b/x.bin") == b"x" * 100_000
+
+
+def test_symlinks_inside_the_root_are_followed(tree):
+    loc = locate(tree)
+    assert loc.read_bytes("a/inside_link.bin") == b"x" * 100_000
+    assert loc.read_bytes("dir_link/x.bin") == b"x" * 100_000
+
+
+@pytest.mark.parametrize(
+    "rel", ["a/escape_link.bin", "a/escape_dir/secret.bin", "../outside/secret.bin", "/etc/passwd"]
+)
+def test_escapes_are_refused(tree, rel):
+    with pytest.raises(UnsafePathError):
+        locate(tree).read_bytes(rel)
+
+
+def test_a_file_swapped_for_an_escaping_symlink_after_its_directory_was_cached(tree, tmp_path):
+    loc = locate(tree)
+    assert loc.read_bytes("a/b/x.bin")  # caches a/b
+    os.unlink(tree / "a" / "b" / "x.bin")
+    os.symlink(tmp_path / "outside" / "secret.bin", tree / "a" / "b" / "x.bin")
+    with pytest.raises(UnsafePathError):
+        loc.read_bytes("a/b/x.bin")
+
+
+def test_missing_file_is_an_os_error(tree):
+    with pytest.raises(FileNotFoundError):
+        locate(tree).read_bytes("a/b/nope.bin")
+
+
+def test_pickled_location_recomputes_its_caches(tree):
+    import pickle
+
+    loc = locate(tree)
+    loc.read_bytes("a/b/x.bin")
+    state = loc.__getstate__()
+    assert "_real_dirs" not in state and "real_root" not in state
+    assert pickle.loads(pickle.dumps(loc)).read_bytes("a/b/x.bin") == b"x" * 100_000

@@ -363,3 +363,36 @@ def test_a_rerun_reuses_the_shards_an_interrupted_run_finished(tmp_path, capsys,
 def _identity(path: Path) -> tuple[int, int]:
     st = path.stat()
     return st.st_ino, st.st_mtime_ns
+
+
+def _long_tail_text_corpus(root: Path, n: int, seed: int = 0) -> Path:
+    """Natural-looking text: log-normal document lengths, words from a Zipf vocabulary."""
+    rng = np.random.default_rng(seed)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    vocab = ["".join(rng.choice(letters, rng.integers(2, 10))) for _ in range(3000)]
+    weights = 1 / np.arange(1, len(vocab) + 1)
+    lengths = rng.lognormal(5.5, 1.0, n).astype(int) + 5
+    root.mkdir(parents=True)
+    with open(root / "docs.jsonl", "w") as out:
+        for i, length in enumerate(lengths):
+            words = rng.choice(len(vocab), length, p=weights / weights.sum())
+            text = " ".join(vocab[w] for w in words)
+            out.write(json.dumps({"text": text, "id": i, "lang": ["en", "de", "fr"][i % 3]}) + "\n")
+    return root
+
+
+def test_long_tail_text_balances_payload_and_disk_bytes(tmp_path, capsys):
+    src = _long_tail_text_corpus(tmp_path / "src", n=3000)
+    dst = tmp_path / "out"
+    assert main(["convert", str(src), str(dst), "--target-shard-size", "800KB"]) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(dst), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["num_shards"] >= 8
+    sizes = [s["bytes"] for s in summary["shards"]]
+    assert summary["bytes"] < 0.6 * summary["payload_bytes"]  # the text really is compressed
+    assert summary["balance"]["payload_bytes_max_over_mean"] <= 1.02
+    assert summary["balance"]["bytes_max_over_mean"] <= 1.05
+    assert summary["balance"]["bytes_max_over_mean"] == pytest.approx(
+        max(sizes) / np.mean(sizes), abs=1e-4
+    )

@@ -25,7 +25,6 @@ Layout and decisions:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import posixpath
@@ -36,7 +35,13 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from shardfeed.formats.columns import conform
-from shardfeed.formats.sources.base import DatasetMeta, MediaHook, ScanResult, UnitRef
+from shardfeed.formats.sources.base import (
+    DatasetMeta,
+    MediaHook,
+    ScanResult,
+    UnitRef,
+    content_digest,
+)
 from shardfeed.formats.storage import Location, locate
 from shardfeed.schemas.errors import ShardfeedError, UnsafePathError
 from shardfeed.schemas.features import IMAGE_ARROW_TYPE, Feature, FeatureSpec
@@ -155,7 +160,7 @@ class ImageFolderSource:
     def scan(self, file: str, spec: FeatureSpec) -> ScanResult:
         """One UnitRef per image under class directory ``file``; reads (hashes) but never decodes.
 
-        ``payload_bytes`` = file size + UTF-8 path length + 8; ``content_hash`` = blake2b-128 hex of
+        ``payload_bytes`` = file size + UTF-8 path length + 8; ``content_hash`` = content_digest of
         the file bytes.
         """
         if file not in self._labels:
@@ -185,10 +190,10 @@ class ImageFolderSource:
         return result
 
     def _try_scan_file(self, rel: str) -> tuple[int, str] | RejectRecord:
-        """(stored image size, blake2b-128 of the source bytes), or the reject saying why not."""
+        """(stored image size, content digest of the source bytes), or the reject saying why not."""
         try:
             data = self.location.read_bytes(rel, rel)
-            digest = hashlib.blake2b(data, digest_size=16).hexdigest()
+            digest = content_digest(data)
             if self.media_hook is not None:
                 data = self.media_hook(data)
             return len(data), digest

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import hashlib
 import json
 import os
 import posixpath
@@ -41,7 +40,7 @@ import pyarrow.fs as pafs
 import zstandard
 
 from shardfeed.formats.columns import conform
-from shardfeed.formats.sources.base import DatasetMeta, ScanResult, UnitRef
+from shardfeed.formats.sources.base import DatasetMeta, ScanResult, UnitRef, content_digest
 from shardfeed.formats.storage import Location, locate
 from shardfeed.schemas.errors import ShardfeedError, UnsafePathError
 from shardfeed.schemas.features import Feature, FeatureSpec
@@ -361,10 +360,6 @@ def _parse(data: bytes, number: int) -> dict[str, Any]:
     return value
 
 
-def _content_hash(data: bytes) -> str:
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
-
-
 # --------------------------------------------------------------------------------------------------
 # Records -> typed rows
 
@@ -674,7 +669,7 @@ class JsonlSource:
                     position=line.number,
                     rows=1,
                     payload_bytes=payload,
-                    content_hash=_content_hash(line.data),
+                    content_hash=content_digest(line.data),
                     locator=(line.offset, len(line.data)),
                 )
             )
@@ -693,7 +688,7 @@ class JsonlSource:
         for file in sorted(slots):  # one file's lines in memory at a time
             for locator, data in self._fetch(file, sorted(slots[file])):
                 indices = slots[file][locator]
-                digest = _content_hash(data)
+                digest = content_digest(data)
                 for i in indices:
                     if refs[i].content_hash != digest:
                         raise _changed(refs[i])

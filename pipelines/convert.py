@@ -95,26 +95,36 @@ def scan_file(file: str, source: SourceReader, spec: FeatureSpec, config: GraphC
     return file
 
 
-def keyed_by_shard(file: str, plan: Plan, config: GraphConfig) -> Iterable[tuple[int, KeyedUnit]]:
-    """source file -> (shard, unit) for each of its units, from its unit table."""
+def keyed_by_shard(
+    file: str, plan: Plan, config: GraphConfig
+) -> Iterable[tuple[int, list[KeyedUnit]]]:
+    """source file -> (shard, its units bound for that shard), from the file's unit table.
+
+    One element per (file, shard) rather than per unit: the shuffle then moves a few hundred
+    lists instead of a pickled element per sample.
+    """
     units = read_units(config.part("units", file, ".parquet"))
     if isinstance(plan, ContiguousPlan):
         sizes = np.array([u.ref.payload_bytes for u in units], dtype=np.int64)
-        yield from zip(plan.shards_of(file, sizes).tolist(), units, strict=True)
+        shards = plan.shards_of(file, sizes).tolist()
     else:
-        for unit in units:
-            yield plan.shard_of[unit.bucket], unit
+        shards = [plan.shard_of[unit.bucket] for unit in units]
+    by_shard: dict[int, list[KeyedUnit]] = {}
+    for shard, unit in zip(shards, units, strict=True):
+        by_shard.setdefault(shard, []).append(unit)
+    yield from sorted(by_shard.items())
 
 
 def write_planned_shard(
-    item: tuple[int, Iterable[KeyedUnit]],
+    item: tuple[int, Iterable[list[KeyedUnit]]],
     source: SourceReader,
     spec: FeatureSpec,
     plan: Plan,
     config: GraphConfig,
 ) -> int:
     """(shard number, units) -> the shard file under DST plus its JSON sidecar; returns rows."""
-    number, units = item
+    number, parts = item
+    units = [unit for part in parts for unit in part]
     # shuffled: by stable key; source order: files() is sorted, so (file, position) is source order
     shuffled = isinstance(plan, ShardPlan)
     ordered = sorted(
@@ -263,10 +273,10 @@ class WriteShards(beam.PTransform):
     def expand(self, files: beam.PCollection) -> beam.PCollection:
         return (
             files
-            # (shard, KeyedUnit): small references only
+            # (shard, [KeyedUnit]) per source file: small references only
             | "KeyByShard" >> beam.FlatMap(keyed_by_shard, self.plan, self.config)
             | "GroupByShard" >> beam.GroupByKey()
-            # (shard, [KeyedUnit]) -> rows written
+            # (shard, [[KeyedUnit], ...]) -> rows written
             | "WriteShard"
             >> beam.Map(write_planned_shard, self.source, self.spec, self.plan, self.config)
         )

@@ -79,7 +79,7 @@ def test_labels_spec_and_meta(tree):
     assert spec["label"].dtype == "int64" and spec["label"].names == ["cat", "dog", "zebra"]
     assert spec["path"].dtype == "string"
     notes = source.meta().notes
-    assert 'label_names=["cat", "dog", "zebra"]' in notes
+    assert '3 classes (label 0..2): ["cat", "dog", "zebra"]' in notes
     assert json.loads(notes[0].split("=", 1)[1]) == source.label_names
     assert any("1 image file(s) directly under the root" in n and "loose.jpg" in n for n in notes)
 

@@ -95,7 +95,7 @@ class ImageFolderSource:
             )
         self.label_names: list[str] = dirs
         self._labels = {name: i for i, name in enumerate(dirs)}
-        self._notes = [f"label_names={json.dumps(dirs, ensure_ascii=False)}"]
+        self._notes = [_labels_note(dirs)]
         loose = [f for f in files if is_image_name(f)]
         if loose:
             self._notes.append(
@@ -150,7 +150,8 @@ class ImageFolderSource:
         )
 
     def meta(self) -> DatasetMeta:
-        """No fps/robot/tasks; notes carry ``label_names=[...]`` (JSON) and ignored files."""
+        """No fps/robot/tasks; notes name the classes (all of them are in the ``label`` feature's
+        ``names``) and any ignored files."""
         return DatasetMeta(notes=tuple(self._notes))
 
     def reject_location(self, ref: UnitRef) -> tuple[str, str]:
@@ -307,6 +308,15 @@ class ImageFolderSource:
 
     def __repr__(self) -> str:
         return f"ImageFolderSource({self.root!r}, classes={len(self.label_names)})"
+
+
+def _labels_note(names: Sequence[str], shown: int = 10) -> str:
+    """``10 classes (label 0..9): ["a", ...]``, listing at most ``shown`` names."""
+    listed = json.dumps(list(names[:shown]), ensure_ascii=False)
+    if len(names) > shown:
+        listed = listed[:-1] + f", ... {len(names) - shown} more]"
+    classes = "1 class" if len(names) == 1 else f"{len(names)} classes"
+    return f"{classes} (label 0..{len(names) - 1}): {listed}"
 
 
 def _safe_name(name: str) -> bool:

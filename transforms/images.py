@@ -42,6 +42,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from shardfeed.schemas.rejects import RejectError
+from shardfeed.transforms.image_header import read_header
 
 #: Pillow's own decompression-bomb bound (``Image.MAX_IMAGE_PIXELS``, about 9459 x 9459). Pillow
 #: raises at twice this and warns above it; the warning is an error here, so the effective bound is
@@ -105,12 +106,19 @@ def validate_image(
 
     ``"header"`` parses headers and checks format, size and animation; ``"full"`` also decodes
     every pixel, which is what catches truncation and corrupt data; ``"none"`` checks nothing
-    and returns None. Raises RejectError for bad input.
+    and returns None. Raises RejectError for bad input. In ``"header"`` mode plain JPEG and PNG
+    headers are read by :func:`~shardfeed.transforms.image_header.read_header` without Pillow
+    (same result, several times faster); everything else goes through Pillow.
     """
     _check_mode(mode)
     _check_max_pixels(max_pixels)
     if mode == "none":
         return None
+    # Plain JPEG/PNG headers are read without Pillow, only where the answer is provably Pillow's.
+    fast = read_header(data) if mode == "header" else None
+    if fast is not None:
+        _check_pixels(fast.width, fast.height, max_pixels)
+        return ImageInfo(fast.format, fast.width, fast.height, fast.mode, 1)
     with _pillow_guard(max_pixels):
         img, frames = _open(data, max_pixels)
         with img:
@@ -225,9 +233,7 @@ def _check_opened(img: Image.Image, max_pixels: int) -> int:
     if fmt not in SUPPORTED_FORMATS:
         raise RejectError("image_unsupported", f"format {fmt} is not supported")
     width, height = img.size
-    pixels = max(1, width) * max(1, height)  # counted as Pillow's bomb check counts them
-    if pixels > _pixel_bound(max_pixels):
-        raise _too_large(pixels, _pixel_bound(max_pixels))
+    _check_pixels(width, height, max_pixels)
     if width <= 0 or height <= 0:
         raise RejectError("image_corrupt", f"{fmt} declares an empty size {width}x{height}")
     if fmt == "MPO":
@@ -238,6 +244,12 @@ def _check_opened(img: Image.Image, max_pixels: int) -> int:
             f"animated {fmt} (more than one frame); only still images are supported",
         )
     return 1
+
+
+def _check_pixels(width: int, height: int, max_pixels: int) -> None:
+    pixels = max(1, width) * max(1, height)  # counted as Pillow's bomb check counts them
+    if pixels > _pixel_bound(max_pixels):
+        raise _too_large(pixels, _pixel_bound(max_pixels))
 
 
 def _pixel_bound(max_pixels: int) -> int:

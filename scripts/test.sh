@@ -3,7 +3,7 @@
 #
 #   --full   also run the long loops (sets SHARDFEED_FULL=1; not passed to pytest)
 #
-# Uses .venv (created if missing) with the [dev], [beam] and [dask] extras installed. Sets SHARDFEED_CORPORA to
+# Uses .venv (created if missing) with the [dev], [beam], [dask] and [video] extras installed. Sets SHARDFEED_CORPORA to
 # ../shared/corpora when that folder exists and the variable is not already set.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -29,9 +29,9 @@ fi
 STAMP="$VENV/.shardfeed-dev-install"
 WANT="$(cat pyproject.toml scripts/test.sh | sha256sum | cut -d' ' -f1)"
 if [[ "$(cat "$STAMP" 2>/dev/null || true)" != "$WANT" ]]; then
-    echo "test.sh: installing -e '.[dev,beam,dask]' into $VENV"
+    echo "test.sh: installing -e '.[dev,beam,dask,video]' into $VENV"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-        -e '.[dev,beam,dask]' 'setuptools>=69' wheel 2>&1 \
+        -e '.[dev,beam,dask,video]' 'setuptools>=69' wheel 2>&1 \
         | { grep -v "Location .* is ignored" || true; } >&2
     echo "$WANT" >"$STAMP"
 fi
@@ -47,4 +47,13 @@ ruff check .
 echo "test.sh: ruff format --check"
 ruff format --check .
 echo "test.sh: pytest ${PYTEST_ARGS[*]:-}"
-exec python -m pytest ${PYTEST_ARGS[@]+"${PYTEST_ARGS[@]}"}
+python -m pytest ${PYTEST_ARGS[@]+"${PYTEST_ARGS[@]}"}
+
+# After the main suite passes: the real lerobot library loads our output (its own venv, with torch).
+# SHARDFEED_SKIP_INTEROP=1 skips it for quick local runs; CI always runs it.
+if [[ "${SHARDFEED_SKIP_INTEROP:-}" == "1" ]]; then
+    echo "test.sh: SHARDFEED_SKIP_INTEROP=1: skipping scripts/test_lerobot_interop.sh"
+else
+    echo "test.sh: lerobot interop (scripts/test_lerobot_interop.sh)"
+    bash scripts/test_lerobot_interop.sh
+fi

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 from shardfeed.formats.atomic import atomic_open, atomic_write_bytes
 from shardfeed.formats.layout import INFO_PATH, STATS_PATH, TASKS_PATH
 from shardfeed.formats.stats import QUANTILES, FeatureStats
+from shardfeed.schemas.errors import ShardfeedError
 from shardfeed.schemas.features import FeatureSpec
 from shardfeed.schemas.info import Info
 from shardfeed.schemas.manifest import FileRecord
@@ -56,9 +57,43 @@ _TASKS_PANDAS_META = {
 }
 
 
+@dataclass(frozen=True)
+class EpisodeVideo:
+    """Where one episode's frames of one video feature live: LeRobot's ``videos/{key}/...`` columns.
+
+    Frame ``k`` of the episode is at ``from_timestamp + k / fps`` seconds in the MP4 at
+    ``video_path`` (chunk ``chunk_index``, file ``file_index``).
+    """
+
+    chunk_index: int
+    file_index: int
+    from_timestamp: float
+    to_timestamp: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "chunk_index": self.chunk_index,
+            "file_index": self.file_index,
+            "from_timestamp": self.from_timestamp,
+            "to_timestamp": self.to_timestamp,
+        }
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> EpisodeVideo:
+        return cls(
+            int(obj["chunk_index"]),
+            int(obj["file_index"]),
+            float(obj["from_timestamp"]),
+            float(obj["to_timestamp"]),
+        )
+
+
 @dataclass
 class EpisodeRecord:
-    """One episode's row in ``meta/episodes``; ``stats`` maps feature name to its FeatureStats."""
+    """One episode's row in ``meta/episodes``; ``stats`` maps feature name to its FeatureStats.
+
+    ``videos`` maps each video feature to where the episode's frames are (empty without videos).
+    """
 
     episode_index: int
     data_chunk_index: int
@@ -68,6 +103,7 @@ class EpisodeRecord:
     tasks: list[str]
     stats: dict[str, FeatureStats] = field(default_factory=dict)
     source_episode_index: int | None = None  # the id in the source, when conversion renumbered
+    videos: dict[str, EpisodeVideo] = field(default_factory=dict)
 
     @property
     def length(self) -> int:
@@ -128,13 +164,37 @@ def write_tasks(root: str, tasks: Sequence[str]) -> FileRecord:
 def episodes_table(
     spec: FeatureSpec, episodes: Sequence[EpisodeRecord], chunk_index: int = 0, file_index: int = 0
 ) -> pa.Table:
-    """LeRobot v3.0 episode columns, in their order; per-episode stats as ``stats/{key}/{stat}``."""
+    """LeRobot v3.0 episode columns, in their order; per-episode stats as ``stats/{key}/{stat}``.
+
+    A video feature of ``spec`` whose frames were written adds LeRobot's ``videos/{key}/...``
+    columns after ``dataset_to_index``: ``chunk_index``, ``file_index`` (int64), ``from_timestamp``
+    and ``to_timestamp`` (float64); every episode must then say where its frames are.
+    """
     columns: dict[str, pa.Array] = {
         "episode_index": pa.array([e.episode_index for e in episodes], pa.int64()),
         "data/chunk_index": pa.array([e.data_chunk_index for e in episodes], pa.int64()),
         "data/file_index": pa.array([e.data_file_index for e in episodes], pa.int64()),
         "dataset_from_index": pa.array([e.dataset_from_index for e in episodes], pa.int64()),
         "dataset_to_index": pa.array([e.dataset_to_index for e in episodes], pa.int64()),
+    }
+    for key in (f.name for f in spec if f.dtype == "video"):
+        missing = [e.episode_index for e in episodes if key not in e.videos]
+        if len(missing) == len(episodes):
+            continue  # no frames written for this feature (e.g. a writer given no MP4s)
+        if missing:
+            raise ShardfeedError(
+                f"video feature {key!r} has no video for episode {missing[0]} "
+                f"({len(missing)} episodes without one)"
+            )
+        spans = [e.videos[key] for e in episodes]
+        prefix = f"videos/{key}/"
+        columns[prefix + "chunk_index"] = pa.array([v.chunk_index for v in spans], pa.int64())
+        columns[prefix + "file_index"] = pa.array([v.file_index for v in spans], pa.int64())
+        columns[prefix + "from_timestamp"] = pa.array(
+            [v.from_timestamp for v in spans], pa.float64()
+        )
+        columns[prefix + "to_timestamp"] = pa.array([v.to_timestamp for v in spans], pa.float64())
+    columns |= {
         "tasks": pa.array([e.tasks for e in episodes], pa.list_(pa.string())),
         "length": pa.array([e.length for e in episodes], pa.int64()),
     }

@@ -3,6 +3,8 @@
 These are the two halves every writer shares: ``build_shard`` runs once per shard, anywhere
 (a Beam worker, a thread, the local loop), and ``publish`` runs once, after every shard is done:
 it merges stats in shard order and writes stats, tasks, episodes and info, then the manifest, last.
+``add_videos`` is the optional third step of a shard writer whose source has MP4s (LeRobot): it
+writes the shard's videos next to it and records them on the outcome.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from shardfeed.formats.encoding import get_encoding
 from shardfeed.formats.layout import DATASET_DIRS, chunk_file_index, data_path, episodes_path
 from shardfeed.formats.meta_writer import (
     EpisodeRecord,
+    EpisodeVideo,
     episodes_table,
     write_info,
     write_parquet_file,
@@ -30,6 +33,7 @@ from shardfeed.formats.meta_writer import (
     write_tasks,
 )
 from shardfeed.formats.shard_writer import DEFAULT_ROW_GROUP_BYTES, write_shard
+from shardfeed.formats.sources.base import UnitRef
 from shardfeed.formats.stats import FeatureStats, merge_all
 from shardfeed.schemas.errors import ShardfeedError
 from shardfeed.schemas.features import Feature, FeatureSpec
@@ -76,6 +80,7 @@ class DatasetOptions:
 class ShardOutcome:
     """A written shard: its manifest record, its stats and (episodic data) its episodes.
 
+    ``files`` are other files written with the shard (its videos), for the manifest's ``files``.
     ``to_state``/``from_state`` give a JSON form, so parallel writers can leave outcomes as small
     sidecar files that ``publish`` reads back in shard order (never pickles).
     """
@@ -84,6 +89,7 @@ class ShardOutcome:
     record: ShardRecord
     stats: dict[str, FeatureStats]
     episodes: list[EpisodeRecord]
+    files: list[FileRecord] = field(default_factory=list)
 
     def to_state(self) -> dict[str, Any]:
         return {
@@ -100,9 +106,11 @@ class ShardOutcome:
                     "tasks": list(e.tasks),
                     "stats": {name: s.to_state() for name, s in e.stats.items()},
                     "source_episode_index": e.source_episode_index,
+                    "videos": {key: v.to_json() for key, v in e.videos.items()},
                 }
                 for e in self.episodes
             ],
+            "files": [f.to_json() for f in self.files],
         }
 
     @classmethod
@@ -117,14 +125,20 @@ class ShardOutcome:
                 list(e["tasks"]),
                 {name: FeatureStats.from_state(s) for name, s in e["stats"].items()},
                 e.get("source_episode_index"),
+                {key: EpisodeVideo.from_json(v) for key, v in e.get("videos", {}).items()},
             )
             for e in state["episodes"]
         ]
+        number = state["number"]
         return cls(
-            number=int(state["number"]),
-            record=ShardRecord.from_json(state["record"], f"shard[{state['number']}]"),
+            number=int(number),
+            record=ShardRecord.from_json(state["record"], f"shard[{number}]"),
             stats={name: FeatureStats.from_state(s) for name, s in state["stats"].items()},
             episodes=episodes,
+            files=[
+                FileRecord.from_json(f, f"shard[{number}].files[{i}]")
+                for i, f in enumerate(state.get("files", []))
+            ],
         )
 
 
@@ -194,6 +208,34 @@ def build_shard(
     return ShardOutcome(number, record, stats, episodes)
 
 
+def add_videos(
+    outcome: ShardOutcome, root: str, source: object, refs: Sequence[UnitRef]
+) -> ShardOutcome:
+    """Write the shard's videos when ``source`` has any, and record them on ``outcome``.
+
+    ``refs`` are the shard's units (episodes) in shard order. A source with videos has a
+    ``write_videos(refs, root, chunk_index, file_index)`` method returning, per episode, a dict
+    video key -> :class:`EpisodeVideo`, and the FileRecords of the MP4s it wrote; other sources
+    are left alone. The videos use the shard's chunk and file numbers.
+    """
+    write = getattr(source, "write_videos", None)
+    if write is None:
+        return outcome
+    chunk, file = chunk_file_index(outcome.number)
+    per_episode, files = write(refs, root, chunk, file)
+    if not files:
+        return outcome
+    if len(per_episode) != len(outcome.episodes):
+        raise ShardfeedError(
+            f"shard {outcome.number}: videos for {len(per_episode)} episodes, "
+            f"but the shard holds {len(outcome.episodes)}"
+        )
+    for episode, videos in zip(outcome.episodes, per_episode, strict=True):
+        episode.videos.update(videos)
+    outcome.files.extend(files)
+    return outcome
+
+
 def publish(
     root: str,
     spec: FeatureSpec,
@@ -230,6 +272,7 @@ def publish(
         write_info(root, _info(spec, options, num_samples, len(episodes) if episodic else 0))
     )
     files.extend(extra_files)
+    files.extend(f for o in outcomes for f in o.files)
     files.sort(key=lambda r: r.path)
     manifest = Manifest(
         num_samples=num_samples,

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from shardfeed.formats.atomic import atomic_write_bytes
-from shardfeed.formats.publish import DatasetOptions, ShardOutcome, build_shard
+from shardfeed.formats.publish import DatasetOptions, ShardOutcome, add_videos, build_shard
 from shardfeed.formats.sources.base import SourceReader
 from shardfeed.formats.unit_table import KeyedUnit, read_units, write_totals, write_units
 from shardfeed.planning.shard_plan import ContiguousPlan, ShardPlan, bucket_of
@@ -152,6 +152,7 @@ def write_planned_shard(
         index_start=plan.row_start[number],
         source_episode_ids=[u.ref.position for u in ordered] if episodic else None,
     )
+    outcome = add_videos(outcome, config.dst, source, [u.ref for u in ordered])  # MP4s, if any
     state = {"inputs": inputs, "outcome": outcome.to_state()}
     atomic_write_bytes(sidecar, json.dumps(state, separators=(",", ":")).encode())
     beam.metrics.Metrics.counter("shardfeed", "shards").inc()

@@ -311,12 +311,11 @@ def test_v21_videos(tmp_path):
     dropped = LeRobotSource(tmp_path, drop_videos=True)
     assert "observation.images.cam" not in dropped.spec()
     assert "video feature 'observation.images.cam' dropped (--drop-videos)" in dropped.meta().notes
-    # all MP4s: re-muxing is not implemented yet
+    # all MP4s: the feature is kept and re-muxed (tests/test_lerobot_videos.py); these are not
+    # videos, which the source finds out when it probes one for the feature's info
     for ep in (0, 2):
         video.with_name(f"episode_{ep:06d}.mp4").write_bytes(b"x")
-    with pytest.raises(
-        ShardfeedError, match="re-muxing is not implemented yet; pass --drop-videos"
-    ):
+    with pytest.raises(ShardfeedError, match=r"episode_000000\.mp4: not a readable video file"):
         LeRobotSource(tmp_path)
     assert LeRobotSource(tmp_path, drop_videos=True).spec().names == list(V21_FEATURES)
 

@@ -9,9 +9,15 @@ rows of some episodes, in the order asked, conformed to the spec. It never trust
 ``inconsistencies()`` lists where ``info.json`` disagrees with the data (a published Reachy2 subset
 claims 14,983 frames and holds 899).
 
-Videos: MP4 re-muxing is not implemented yet. A video feature whose MP4 files are all absent is
-dropped with a note; ``drop_videos=True`` drops every video feature with a note; a video feature with
-only some of its MP4s, or with all of them, is a clean :class:`ShardfeedError` at construction.
+Videos (LeRobot's ``video`` features, frames in MP4 files): when every MP4 a video feature needs is
+present, the feature is kept and ``write_videos`` re-muxes each shard's episodes, in shard order, into
+one MP4 per (video key, shard) at ``videos/{key}/chunk-{c:03d}/file-{f:03d}.mp4`` by stream copy
+(:mod:`shardfeed.formats.video`; needs ``shardfeed[video]``), returning LeRobot v3.0's per-episode
+``from_timestamp``/``to_timestamp``. v2.1 sources give one MP4 per episode; v3.0 sources give each
+episode's time range inside a shared MP4 (re-sharding). A video feature whose MP4s are all absent is
+dropped with a note; ``drop_videos=True`` (``--drop-videos``) drops every video feature with a note;
+a feature with only some of its MP4s is a clean :class:`ShardfeedError` at construction that names a
+missing file.
 """
 
 from __future__ import annotations
@@ -32,15 +38,18 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from shardfeed.formats import video
 from shardfeed.formats.columns import conform
 from shardfeed.formats.layout import INFO_PATH, TASKS_PATH
+from shardfeed.formats.meta_writer import EpisodeVideo, file_record
 from shardfeed.formats.payload import table_row_bytes
 from shardfeed.formats.sources import lerobot_v21 as v21
 from shardfeed.formats.sources.base import DatasetMeta, ScanResult, UnitRef
 from shardfeed.formats.storage import Location, locate
 from shardfeed.schemas.errors import SchemaError, ShardfeedError, UnsafePathError
 from shardfeed.schemas.features import Feature, FeatureSpec
-from shardfeed.schemas.info import Info
+from shardfeed.schemas.info import DEFAULT_VIDEO_PATH, Info
+from shardfeed.schemas.manifest import FileRecord
 from shardfeed.schemas.paths import check_relative_path
 from shardfeed.schemas.rejects import RejectRecord
 
@@ -95,6 +104,19 @@ class EpisodeMeta:
     tasks: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class VideoSegment:
+    """Where one episode's frames of one video feature are in the source.
+
+    ``path`` is the root-relative MP4; ``start``/``end`` are v3.0's ``from_timestamp`` and
+    ``to_timestamp`` in it (None for v2.1, whose MP4s hold one episode each).
+    """
+
+    path: str
+    start: float | None = None
+    end: float | None = None
+
+
 class LeRobotSource:
     """A LeRobot v2.1 or v3.0 dataset as a :class:`SourceReader` whose units are episodes.
 
@@ -135,6 +157,9 @@ class LeRobotSource:
         self.dropped_videos: list[str] = []
         self._settle_videos()
         self._video_files = {}  # only needed to settle the videos; keeps pickles small
+        self._video_segments = {
+            k: v for k, v in self._video_segments.items() if k not in self.dropped_videos
+        }
         self._by_file: dict[str, list[int]] = {}
         for ep in self.episodes.values():
             self._by_file.setdefault(ep.data_file, []).append(ep.episode_index)
@@ -187,7 +212,8 @@ class LeRobotSource:
         wanted = {"episode_index", "length", "data/chunk_index", "data/file_index"}
         wanted |= {"dataset_from_index", "dataset_to_index", "tasks"}
         for key in (f.name for f in self.features if f.dtype == "video"):
-            wanted |= {f"videos/{key}/chunk_index", f"videos/{key}/file_index"}
+            wanted |= {f"videos/{key}/{c}" for c in ("chunk_index", "file_index")}
+            wanted |= {f"videos/{key}/{c}" for c in ("from_timestamp", "to_timestamp")}
         tables = []
         for rel in files:
             with self.location.open_input(rel, rel) as handle:
@@ -196,6 +222,7 @@ class LeRobotSource:
                 tables.append((rel, pf.read(columns=names).to_pylist()))
         self.episodes: dict[int, EpisodeMeta] = {}
         self._video_files: dict[str, set[str] | None] = {}
+        self._video_segments: dict[str, dict[int, VideoSegment]] = {}
         for rel, rows in tables:
             for i, row in enumerate(rows):
                 where = f"row {i}"
@@ -241,6 +268,11 @@ class LeRobotSource:
                             file_index=number,
                         )
                         self._video_files.setdefault(key, set()).add(path)
+                        self._video_segments.setdefault(key, {})[index] = VideoSegment(
+                            path,
+                            _seconds(row.get(f"videos/{key}/from_timestamp")),
+                            _seconds(row.get(f"videos/{key}/to_timestamp")),
+                        )
         self.episodes = dict(sorted(self.episodes.items()))
 
     def _load_v21(self, obj: Any) -> None:
@@ -268,10 +300,14 @@ class LeRobotSource:
             )
             for ep in episodes
         }
-        self._video_files = {
-            f.name: {info.video_file(f.name, i) for i in self.episodes}
+        self._video_segments = {
+            f.name: {i: VideoSegment(info.video_file(f.name, i)) for i in self.episodes}
             for f in info.features
             if f.dtype == "video"
+        }
+        self._video_files = {
+            key: {seg.path for seg in segments.values()}
+            for key, segments in self._video_segments.items()
         }
 
     def episodes_stats(self) -> dict[int, dict[str, Any]]:
@@ -285,6 +321,7 @@ class LeRobotSource:
         return v21.parse_episodes_stats_jsonl(text)
 
     def _settle_videos(self) -> None:
+        """Keep video features with all their MP4s (re-muxed later), drop those with none."""
         if not self.video_keys:
             return
         if self.drop_videos:
@@ -296,14 +333,15 @@ class LeRobotSource:
         complete = []
         for key in self.video_keys:
             expected = self._video_files.get(key)
-            if (
-                expected is None
-            ):  # unknown file names: any MP4 under a directory named after the key
+            if expected is None:  # the metadata does not say which MP4 holds which episode
                 found = sorted(p for p in present if f"/{key}/" in f"/{p}")
                 if found:
-                    complete.append(key)
-                else:
-                    self._drop_missing(key, 0)
+                    raise ShardfeedError(
+                        f"{self.root}: video feature {key!r} has MP4 files (e.g. {found[0]}) but "
+                        f"{self._episodes_source} does not say which file holds which episode; "
+                        "pass --drop-videos to convert without the video features"
+                    )
+                self._drop_missing(key, 0)
                 continue
             missing = sorted(p for p in expected if p not in present)
             if len(missing) == len(expected):
@@ -316,11 +354,33 @@ class LeRobotSource:
                 )
             else:
                 complete.append(key)
-        if complete:
-            raise ShardfeedError(
-                f"{self.root}: video feature(s) {complete} have MP4 files, but video re-muxing is "
-                "not implemented yet; pass --drop-videos"
+        for key in complete:
+            self._keep_video(key)
+
+    def _keep_video(self, key: str) -> None:
+        """Check a kept video feature can be re-muxed and refresh its ``info`` from one MP4."""
+        segments = self._video_segments[key]
+        if self.version == "v3.0":
+            untimed = [n for n, seg in segments.items() if seg.start is None or seg.end is None]
+            if untimed:
+                raise ShardfeedError(
+                    f"{self.root}: {self._episodes_source} gives no videos/{key}/from_timestamp "
+                    f"and to_timestamp for episode {untimed[0]}, so its frames cannot be found "
+                    "in the MP4; pass --drop-videos to convert without the video features"
+                )
+        first = min(seg.path for seg in segments.values())
+        probed = video.probe(self.location, first)
+        feature = self.features[key]
+        info = dict(feature.extra.get("info") or {})
+        info.update(probed.feature_info())
+        info["has_audio"] = False  # only the video stream is copied
+        extra = {**feature.extra, "info": info}
+        self.features = FeatureSpec(
+            tuple(
+                Feature(f.name, f.dtype, f.shape, f.names, extra) if f.name == key else f
+                for f in self.features
             )
+        )
 
     def _drop_missing(self, key: str, count: int, example: str | None = None) -> None:
         what = f"none of its {count} MP4 files exists (e.g. {example})" if example else "no MP4s"
@@ -617,8 +677,60 @@ class LeRobotSource:
                 pieces[i] = conform(piece, spec, schema)
         return pa.concat_tables(pieces)
 
+    def write_videos(
+        self, refs: Sequence[UnitRef], root: str, chunk_index: int, file_index: int
+    ) -> tuple[list[dict[str, EpisodeVideo]], list[FileRecord]]:
+        """Re-mux the episodes of ``refs`` (shard order) into one MP4 per kept video feature.
+
+        Writes ``videos/{key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4`` under local
+        ``root`` by stream copy; returns, per ref, video key -> :class:`EpisodeVideo`, and the
+        FileRecords of the files written. Raises :class:`ShardfeedError` when an episode's video
+        does not hold exactly its frames, or cannot be stream-copied.
+        """
+        per_episode: list[dict[str, EpisodeVideo]] = [{} for _ in refs]
+        files: list[FileRecord] = []
+        if not refs:
+            return per_episode, files
+        for key, segments in self._video_segments.items():
+            inputs = []
+            for ref in refs:
+                seg = segments.get(ref.position)
+                if seg is None:
+                    raise ShardfeedError(
+                        f"{self.root}: no video of {key!r} is known for episode {ref.position}"
+                    )
+                inputs.append(video.Segment(self.location, seg.path, seg.start, seg.end))
+            rel = _expand(
+                DEFAULT_VIDEO_PATH,
+                "video_path",
+                video_key=key,
+                chunk_index=chunk_index,
+                file_index=file_index,
+            )
+            spans = video.concat_segments(inputs, os.path.join(root, rel))
+            for ref, segment, span, out in zip(refs, inputs, spans, per_episode, strict=True):
+                if span.frames != ref.rows:
+                    os.unlink(os.path.join(root, rel))
+                    raise ShardfeedError(
+                        f"{self.root}: {segment.describe()} holds {span.frames} frames of "
+                        f"{key!r} but episode {ref.position} has {ref.rows} rows; pass "
+                        "--drop-videos to convert without the video features"
+                    )
+                out[key] = EpisodeVideo(
+                    chunk_index, file_index, span.from_timestamp, span.to_timestamp
+                )
+            files.append(file_record(root, rel))
+        return per_episode, files
+
     def __repr__(self) -> str:
         return f"LeRobotSource({self.root!r}, version={self.version!r}, drop_videos={self.drop_videos})"
+
+
+def _seconds(value: Any) -> float | None:
+    """A timestamp from episode metadata, or None when absent or not a finite number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if np.isfinite(value) else None
 
 
 def _hidden(rel: str) -> bool:

@@ -1,0 +1,482 @@
+"""LeRobot videos through `shardfeed convert`: v2.1 per-episode MP4s -> v3.0 files per shard, and
+v3.0 -> v3.0 re-sharding, on generated fixtures and on 3 real episodes of the unitree corpus
+(``$SHARDFEED_CORPORA/lerobot_v21_unitree_g1``, AV1 640x480, copied into tmp_path)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+pytest.importorskip("apache_beam")
+pytest.importorskip("av")
+
+import av
+
+from shardfeed import open_dataset
+from shardfeed.cli.main import main
+from shardfeed.formats.sources.lerobot import LeRobotSource
+from shardfeed.formats.storage import locate
+from shardfeed.formats.verify import verify_dataset
+from shardfeed.formats.video import probe
+from shardfeed.schemas.errors import ShardfeedError
+
+CORPORA = os.environ.get("SHARDFEED_CORPORA")
+UNITREE = Path(CORPORA or "", "lerobot_v21_unitree_g1")
+needs_corpora = pytest.mark.skipif(
+    not CORPORA, reason="SHARDFEED_CORPORA is not set (scripts/test.sh sets it)"
+)
+
+FPS = 10
+CAM = "observation.images.cam"
+V21_DATA = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
+V21_VIDEO = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
+LENGTHS = {0: 5, 1: 7, 2: 4, 3: 6, 4: 3}
+FEATURES = {
+    "observation.state": {"dtype": "float32", "shape": [2], "names": None},
+    CAM: {
+        "dtype": "video",
+        "shape": [16, 32, 3],
+        "names": ["height", "width", "channel"],
+        "info": {"video.fps": FPS, "video.codec": "h264", "video.is_depth_map": False},
+    },
+    "timestamp": {"dtype": "float32", "shape": [1], "names": None},
+    "frame_index": {"dtype": "int64", "shape": [1], "names": None},
+    "episode_index": {"dtype": "int64", "shape": [1], "names": None},
+    "index": {"dtype": "int64", "shape": [1], "names": None},
+    "task_index": {"dtype": "int64", "shape": [1], "names": None},
+}
+
+
+# ---- fixtures --------------------------------------------------------------------------------
+
+
+def frame_pixels(episode: int, i: int) -> np.ndarray:
+    img = np.full((16, 32, 3), (episode * 40 + i * 11) % 200, np.uint8)
+    img[:, (i * 3) % 32 : (i * 3) % 32 + 3] = 255
+    img[: episode + 1, 0, 1] = 10
+    return img
+
+
+def encode(path: Path, frames: list[np.ndarray]) -> None:
+    """FFmpeg's built-in mpeg4 encoder, a keyframe every 4 frames, no B-frames."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with av.open(str(path), "w", format="mp4") as out:
+        stream = out.add_stream("mpeg4", rate=FPS)
+        stream.height, stream.width = frames[0].shape[:2]
+        stream.pix_fmt = "yuv420p"
+        stream.codec_context.gop_size = 4
+        stream.codec_context.max_b_frames = 0
+        for img in frames:
+            for packet in stream.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def make_v21_with_videos(root: Path, lengths: dict[int, int] = LENGTHS) -> Path:
+    """A v2.1 dataset: one Parquet file and one MP4 per episode, at 10 fps."""
+    first = 0
+    for ep, n in sorted(lengths.items()):
+        rng = np.random.default_rng(ep)
+        table = pa.table(
+            {
+                "observation.state": pa.FixedSizeListArray.from_arrays(
+                    pa.array(rng.normal(size=2 * n).astype(np.float32)), 2
+                ),
+                "timestamp": pa.array(np.arange(n, dtype=np.float32) / FPS),
+                "frame_index": pa.array(np.arange(n, dtype=np.int64)),
+                "episode_index": pa.array(np.full(n, ep, dtype=np.int64)),
+                "index": pa.array(np.arange(first, first + n, dtype=np.int64)),
+                "task_index": pa.array(np.zeros(n, dtype=np.int64)),
+            }
+        )
+        first += n
+        path = root / V21_DATA.format(episode_chunk=0, episode_index=ep)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, path)
+        video = V21_VIDEO.format(episode_chunk=0, video_key=CAM, episode_index=ep)
+        encode(root / video, [frame_pixels(ep, i) for i in range(n)])
+    info = {
+        "codebase_version": "v2.1",
+        "robot_type": "toy",
+        "total_episodes": len(lengths),
+        "total_frames": sum(lengths.values()),
+        "total_tasks": 1,
+        "total_videos": len(lengths),
+        "total_chunks": 1,
+        "chunks_size": 1000,
+        "fps": FPS,
+        "splits": {"train": f"0:{len(lengths)}"},
+        "data_path": V21_DATA,
+        "video_path": V21_VIDEO,
+        "features": FEATURES,
+    }
+    (root / "meta").mkdir(parents=True, exist_ok=True)
+    (root / "meta/info.json").write_text(json.dumps(info, indent=4))
+    write_jsonl(
+        root / "meta/episodes.jsonl",
+        [
+            {"episode_index": ep, "tasks": ["wave"], "length": n}
+            for ep, n in sorted(lengths.items())
+        ],
+    )
+    write_jsonl(root / "meta/tasks.jsonl", [{"task_index": 0, "task": "wave"}])
+    write_jsonl(
+        root / "meta/episodes_stats.jsonl",
+        [{"episode_index": ep, "stats": {}} for ep in sorted(lengths)],
+    )
+    return root
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+def decoded(path: Path) -> list[tuple[float, np.ndarray]]:
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        return [
+            (float(f.pts * stream.time_base), f.to_ndarray(format="rgb24"))
+            for f in container.decode(stream)
+        ]
+
+
+def frame_at(frames: list[tuple[float, np.ndarray]], t: float) -> np.ndarray:
+    """The frame LeRobot returns for query time ``t`` (nearest, within its 1e-4 s tolerance)."""
+    times = np.array([ts for ts, _ in frames])
+    i = int(np.argmin(np.abs(times - t)))
+    assert abs(times[i] - t) < 1e-4, (t, times[i])
+    return frames[i][1]
+
+
+def episodes_meta(dst: Path) -> list[dict]:
+    return pq.read_table(dst / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+
+
+def video_file(dst: Path, key: str, episode: dict) -> Path:
+    chunk = episode[f"videos/{key}/chunk_index"]
+    number = episode[f"videos/{key}/file_index"]
+    return dst / f"videos/{key}/chunk-{chunk:03d}/file-{number:03d}.mp4"
+
+
+def check_frames(dst: Path, source_frames: dict[int, list[np.ndarray]], key: str = CAM) -> None:
+    """Each episode's frame k is at from_timestamp + timestamp[k] in its file (LeRobot's lookup),
+    and equals the source episode's frame k; every file holds exactly its episodes' frames."""
+    episodes = episodes_meta(dst)
+    data = open_dataset(dst).read(0, sum(e["length"] for e in episodes))
+    by_file: dict[Path, list[dict]] = {}
+    for ep in episodes:
+        by_file.setdefault(video_file(dst, key, ep), []).append(ep)
+    for path, members in by_file.items():
+        # the video has the shard's chunk and file numbers, and the shard's episodes
+        assert {(e["data/chunk_index"], e["data/file_index"]) for e in members} == {
+            (e[f"videos/{key}/chunk_index"], e[f"videos/{key}/file_index"]) for e in members
+        }
+        assert probe(locate(dst), str(path.relative_to(dst))).frames == sum(
+            e["length"] for e in members
+        )
+        frames = decoded(path)
+        assert len(frames) == sum(e["length"] for e in members)
+        previous_end = 0.0
+        for ep in sorted(members, key=lambda e: e["dataset_from_index"]):
+            start, end = ep[f"videos/{key}/from_timestamp"], ep[f"videos/{key}/to_timestamp"]
+            assert start == pytest.approx(previous_end, abs=1e-12)
+            assert end - start == pytest.approx(ep["length"] / FPS, abs=1e-9)
+            previous_end = end
+            timestamps = data["timestamp"][ep["dataset_from_index"] : ep["dataset_to_index"]]
+            expected = source_frames[ep["source_episode_index"]]
+            assert len(expected) == ep["length"] == len(timestamps)
+            for k, ts in enumerate(timestamps.reshape(-1).tolist()):
+                np.testing.assert_array_equal(frame_at(frames, start + ts), expected[k])
+
+
+def source_frames_v21(src: Path) -> dict[int, list[np.ndarray]]:
+    return {
+        ep: [
+            pixels
+            for _, pixels in decoded(
+                src / V21_VIDEO.format(episode_chunk=0, video_key=CAM, episode_index=ep)
+            )
+        ]
+        for ep in LENGTHS
+    }
+
+
+@pytest.fixture
+def v21(tmp_path: Path) -> Path:
+    return make_v21_with_videos(tmp_path / "src")
+
+
+# ---- generated data ----------------------------------------------------------------------------
+
+
+def test_v21_videos_become_one_file_per_shard_with_exact_timestamps(tmp_path, v21, capsys):
+    dst = tmp_path / "out"
+    assert main(["convert", str(v21), str(dst), "--target-shard-size", "150B", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["samples_out"] == sum(LENGTHS.values()) and summary["rejects"]["total"] == 0
+    assert summary["shards"] >= 3
+    assert not any("dropped" in note for note in summary["notes"])
+    videos = sorted(p.relative_to(dst).as_posix() for p in (dst / "videos").rglob("*.mp4"))
+    assert videos == [f"videos/{CAM}/chunk-000/file-{n:03d}.mp4" for n in range(summary["shards"])]
+    check_frames(dst, source_frames_v21(v21))
+
+    # episode metadata: LeRobot v3.0's video columns, after dataset_to_index, with its dtypes
+    table = pq.read_table(dst / "meta/episodes/chunk-000/file-000.parquet")
+    names = table.column_names
+    prefix = f"videos/{CAM}/"
+    assert names[5:9] == [
+        prefix + "chunk_index",
+        prefix + "file_index",
+        prefix + "from_timestamp",
+        prefix + "to_timestamp",
+    ]
+    assert [table.schema.field(n).type for n in names[5:9]] == [
+        pa.int64(),
+        pa.int64(),
+        pa.float64(),
+        pa.float64(),
+    ]
+
+    # info.json keeps the feature, with info from the files, and names the video path
+    info = json.loads((dst / "meta/info.json").read_text())
+    assert (
+        info["video_path"] == "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+    )
+    assert info["features"][CAM]["info"] == {
+        "video.fps": FPS,
+        "video.codec": "mpeg4",  # the source info.json said h264; the files say mpeg4
+        "video.is_depth_map": False,
+        "video.height": 16,
+        "video.width": 32,
+        "video.pix_fmt": "yuv420p",
+        "has_audio": False,
+    }
+    assert list(info["features"]) == list(FEATURES)
+
+    # the manifest vouches for every video; verify checks them and flags a flipped byte
+    manifest = json.loads((dst / "meta/shardfeed/manifest.json").read_text())
+    assert set(videos) <= {f["path"] for f in manifest["files"]}
+    assert verify_dataset(dst).ok
+    victim = dst / videos[1]
+    blob = bytearray(victim.read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    victim.write_bytes(bytes(blob))
+    report = verify_dataset(dst)
+    assert not report.ok and any(p.path == videos[1] for p in report.problems)
+    assert main(["verify", str(dst)]) == 1
+
+
+def test_video_output_is_byte_identical_across_runs_and_running_modes(tmp_path, v21):
+    first, second = tmp_path / "a", tmp_path / "b"
+    args = ["--target-shard-size", "150B"]
+    assert main(["convert", str(v21), str(first), *args]) == 0
+    assert (
+        main(
+            [
+                "convert",
+                str(v21),
+                str(second),
+                *args,
+                "--direct_running_mode=multi_processing",
+                "--direct_num_workers=2",
+            ]
+        )
+        == 0
+    )
+    a, b = tree(first), tree(second)
+    assert any(name.endswith(".mp4") for name in a)
+    assert a == b
+
+
+def test_v30_source_with_videos_is_resharded(tmp_path, v21):
+    """A v3.0 dataset (our own output, several episodes per MP4) converted again into other shards."""
+    middle, final = tmp_path / "v30", tmp_path / "resharded"
+    assert main(["convert", str(v21), str(middle), "--target-shard-size", "400B"]) == 0
+    before = episodes_meta(middle)
+    assert max(e[f"videos/{CAM}/from_timestamp"] for e in before) > 0  # files hold several episodes
+    assert (
+        main(
+            [
+                "convert",
+                str(middle),
+                str(final),
+                "--target-shard-size",
+                "150B",
+                "--shuffle-seed",
+                "3",
+            ]
+        )
+        == 0
+    )
+    after = episodes_meta(final)
+    assert len({video_file(final, CAM, e) for e in after}) > len(
+        {video_file(middle, CAM, e) for e in before}
+    )
+    # chain the source ids back to the v2.1 episodes, then check every frame
+    original = {e["episode_index"]: e["source_episode_index"] for e in before}
+    frames = source_frames_v21(v21)
+    check_frames(final, {mid: frames[src] for mid, src in original.items()})
+    assert verify_dataset(final).ok
+
+
+def test_missing_mp4_is_a_clear_error_and_drop_videos_still_works(tmp_path, v21, capsys):
+    (v21 / V21_VIDEO.format(episode_chunk=0, video_key=CAM, episode_index=3)).unlink()
+    dst = tmp_path / "out"
+    assert main(["convert", str(v21), str(dst)]) == 1
+    err = capsys.readouterr().err
+    assert "missing 1 of its 5 MP4 files" in err and "episode_000003.mp4" in err
+    assert "--drop-videos" in err and "Traceback" not in err
+    assert not (dst / "meta/shardfeed/manifest.json").exists()
+
+    assert main(["convert", str(v21), str(dst), "--drop-videos", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert f"video feature '{CAM}' dropped (--drop-videos)" in summary["notes"]
+    assert not (dst / "videos").exists()
+    info = json.loads((dst / "meta/info.json").read_text())
+    assert CAM not in info["features"] and info["video_path"] is None
+    assert not [c for c in episodes_meta(dst)[0] if c.startswith("videos/")]
+    assert verify_dataset(dst).ok
+
+
+def test_an_mp4_with_the_wrong_frame_count_fails_the_run(tmp_path, v21, capsys):
+    video = v21 / V21_VIDEO.format(episode_chunk=0, video_key=CAM, episode_index=2)
+    encode(video, [frame_pixels(2, i) for i in range(LENGTHS[2] + 2)])
+    dst = tmp_path / "out"
+    assert main(["convert", str(v21), str(dst)]) == 1
+    err = capsys.readouterr().err
+    assert "episode_000002.mp4 holds 6 frames" in err and "episode 2 has 4 rows" in err
+    assert not (dst / "meta/shardfeed/manifest.json").exists()
+
+
+def test_source_keeps_video_features_and_refreshes_their_info(v21):
+    source = LeRobotSource(v21)
+    assert CAM in source.spec() and source.dropped_videos == []
+    assert source.spec()[CAM].extra["info"]["video.codec"] == "mpeg4"
+    assert source.spec()[CAM].extra["info"]["video.is_depth_map"] is False  # kept from info.json
+    (v21 / V21_VIDEO.format(episode_chunk=0, video_key=CAM, episode_index=0)).write_bytes(b"junk")
+    with pytest.raises(ShardfeedError, match="not a readable video file"):
+        LeRobotSource(v21)
+
+
+def test_v30_source_needs_timestamps_and_file_names_to_find_frames(tmp_path, v21):
+    dst = tmp_path / "v30"
+    assert main(["convert", str(v21), str(dst), "--target-shard-size", "400B"]) == 0
+    assert CAM in LeRobotSource(dst).spec()
+    episodes = dst / "meta/episodes/chunk-000/file-000.parquet"
+    table = pq.read_table(episodes)
+    # without from/to timestamps the frames of an episode cannot be found in a shared MP4
+    pq.write_table(table.drop_columns([f"videos/{CAM}/from_timestamp"]), episodes)
+    with pytest.raises(ShardfeedError, match=r"no videos/observation\.images\.cam/from_timestamp"):
+        LeRobotSource(dst)
+    assert CAM not in LeRobotSource(dst, drop_videos=True).spec()
+    # without file numbers the metadata does not say which MP4 holds an episode
+    pq.write_table(
+        table.drop_columns([f"videos/{CAM}/chunk_index", f"videos/{CAM}/file_index"]), episodes
+    )
+    with pytest.raises(ShardfeedError, match="does not say which file holds which episode"):
+        LeRobotSource(dst)
+
+
+# ---- real data: 3 episodes of the unitree corpus with their AV1 MP4s ------------------------------
+
+
+def unitree_subset(root: Path, episodes: tuple[int, ...] = (1, 2, 4)) -> Path:
+    """A v2.1 dataset of the corpus episodes that have MP4s, copied into ``root``."""
+    key = "observation.images.cam_high"
+    for ep in episodes:
+        for rel in (
+            V21_DATA.format(episode_chunk=0, episode_index=ep),
+            V21_VIDEO.format(episode_chunk=0, video_key=key, episode_index=ep),
+        ):
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(UNITREE / rel, root / rel)
+    (root / "meta").mkdir(parents=True)
+    shutil.copyfile(UNITREE / "meta/tasks.jsonl", root / "meta/tasks.jsonl")
+    kept = {}
+    for name in ("episodes.jsonl", "episodes_stats.jsonl"):
+        lines = [
+            line
+            for line in (UNITREE / "meta" / name).read_text().splitlines()
+            if json.loads(line)["episode_index"] in episodes
+        ]
+        (root / "meta" / name).write_text("\n".join(lines) + "\n")
+        if name == "episodes.jsonl":
+            kept = {json.loads(line)["episode_index"]: json.loads(line)["length"] for line in lines}
+    info = json.loads((UNITREE / "meta/info.json").read_text())
+    info.update(
+        total_episodes=len(episodes),
+        total_frames=sum(kept.values()),
+        total_videos=len(episodes),
+        splits={"train": f"0:{len(episodes)}"},
+    )
+    (root / "meta/info.json").write_text(json.dumps(info, indent=4))
+    return root
+
+
+@needs_corpora
+def test_unitree_episodes_with_av1_videos(tmp_path, capsys):
+    key = "observation.images.cam_high"
+    src = unitree_subset(tmp_path / "src")
+    dst = tmp_path / "out"
+    assert main(["convert", str(src), str(dst), "--no-shuffle", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["samples_out"] == 393 + 343 + 357 and summary["notes"] == []
+    episodes = episodes_meta(dst)
+    assert [(e["source_episode_index"], e["length"]) for e in episodes] == [
+        (1, 393),
+        (2, 343),
+        (4, 357),
+    ]
+    # one shard: the three episodes back to back, in source order, at 30 fps
+    assert {video_file(dst, key, e) for e in episodes} == {
+        dst / f"videos/{key}/chunk-000/file-000.mp4"
+    }
+    bounds = [0.0, 393 / 30, (393 + 343) / 30, (393 + 343 + 357) / 30]
+    for e, lo, hi in zip(episodes, bounds, bounds[1:], strict=False):
+        assert e[f"videos/{key}/from_timestamp"] == pytest.approx(lo, abs=1e-9)
+        assert e[f"videos/{key}/to_timestamp"] == pytest.approx(hi, abs=1e-9)
+    out = probe(locate(dst), f"videos/{key}/chunk-000/file-000.mp4")
+    assert (out.codec, out.width, out.height, out.frames) == ("av1", 640, 480, 393 + 343 + 357)
+    # stream copy: the output's packets are the three sources' packets, in order
+    with av.open(str(dst / f"videos/{key}/chunk-000/file-000.mp4")) as container:
+        stream = container.streams.video[0]
+        copied = [(p.pts, bytes(p)) for p in container.demux(stream) if p.size]
+    expected = []
+    for e, lo in zip(episodes, bounds, strict=False):
+        rel = V21_VIDEO.format(
+            episode_chunk=0, video_key=key, episode_index=e["source_episode_index"]
+        )
+        with av.open(str(src / rel)) as container:
+            stream = container.streams.video[0]
+            offset = round(lo / stream.time_base)
+            expected += [(offset + p.pts, bytes(p)) for p in container.demux(stream) if p.size]
+    assert copied == expected
+    info = json.loads((dst / "meta/info.json").read_text())["features"][key]["info"]
+    assert info["video.codec"] == "av1" and info["video.fps"] == 30
+    assert verify_dataset(dst).ok
+
+    # and per-episode shards: each episode's video starts at 0 in its own file
+    per_episode = tmp_path / "split"
+    assert main(["convert", str(src), str(per_episode), "--target-shard-size", "60KB"]) == 0
+    split = episodes_meta(per_episode)
+    assert len({video_file(per_episode, key, e) for e in split}) == 3
+    for e in split:
+        assert e[f"videos/{key}/from_timestamp"] == 0.0
+        assert e[f"videos/{key}/to_timestamp"] == pytest.approx(e["length"] / 30, abs=1e-9)
+        path = video_file(per_episode, key, e)
+        assert probe(locate(per_episode), str(path.relative_to(per_episode))).frames == e["length"]

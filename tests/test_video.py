@@ -1,0 +1,204 @@
+"""formats/video.py: probe and stream-copy concatenation of MP4s, on small files encoded here."""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("av")
+
+import av
+
+from shardfeed.formats.storage import locate
+from shardfeed.formats.video import Segment, concat_segments, probe
+from shardfeed.schemas.errors import ShardfeedError
+
+FPS = 10
+HEIGHT, WIDTH = 16, 32
+
+
+def frame_pixels(seed: int, i: int, height: int = HEIGHT, width: int = WIDTH) -> np.ndarray:
+    """A frame that differs from every other (seed, i): a level plus a moving bar."""
+    img = np.full((height, width, 3), (seed * 50 + i * 9) % 200, np.uint8)
+    img[:, (i * 3) % width : (i * 3) % width + 3] = 255
+    img[: (seed % height) + 1, 0, 1] = 10
+    return img
+
+
+def encode(
+    path: Path,
+    frames: list[np.ndarray],
+    *,
+    fps: int = FPS,
+    keyframes: set[int] | None = None,
+    gop: int = 1000,
+) -> None:
+    """Encode ``frames`` with FFmpeg's built-in mpeg4 encoder; I-frames at ``keyframes`` (and 0)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with av.open(str(path), "w", format="mp4") as out:
+        stream = out.add_stream("mpeg4", rate=fps, options={"sc_threshold": "1000000000"})
+        stream.height, stream.width = frames[0].shape[:2]
+        stream.pix_fmt = "yuv420p"
+        stream.codec_context.gop_size = gop
+        stream.codec_context.max_b_frames = 0
+        for i, img in enumerate(frames):
+            frame = av.VideoFrame.from_ndarray(img, format="rgb24")
+            if keyframes and i in keyframes:
+                frame.pict_type = av.video.frame.PictureType.I
+            for packet in stream.encode(frame):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+
+
+def decoded(path: Path) -> list[tuple[float, np.ndarray]]:
+    """(seconds, rgb pixels) of every frame, in presentation order."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        return [
+            (float(f.pts * stream.time_base), f.to_ndarray(format="rgb24"))
+            for f in container.decode(stream)
+        ]
+
+
+def packet_hashes(path: Path) -> list[str]:
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        return [hashlib.sha256(bytes(p)).hexdigest() for p in container.demux(stream) if p.size]
+
+
+def at(frames: list[tuple[float, np.ndarray]], t: float) -> np.ndarray:
+    """The frame shown at ``t`` seconds, as LeRobot looks it up (within 1e-4 s)."""
+    times = np.array([ts for ts, _ in frames])
+    i = int(np.argmin(np.abs(times - t)))
+    assert abs(times[i] - t) < 1e-4, (t, times[i])
+    return frames[i][1]
+
+
+@pytest.fixture
+def episodes(tmp_path: Path) -> dict[int, Path]:
+    """Three one-episode MP4s of 5, 7 and 4 frames."""
+    out = {}
+    for ep, n in ((0, 5), (1, 7), (2, 4)):
+        out[ep] = tmp_path / f"src/episode_{ep}.mp4"
+        encode(out[ep], [frame_pixels(ep, i) for i in range(n)], gop=3)
+    return out
+
+
+def test_probe_reads_codec_size_rate_frames_and_keyframes(tmp_path, episodes):
+    info = probe(locate(tmp_path), "src/episode_1.mp4")
+    assert (info.codec, info.width, info.height, info.pix_fmt) == (
+        "mpeg4",
+        WIDTH,
+        HEIGHT,
+        "yuv420p",
+    )
+    assert info.fps == FPS and info.frames == 7 and info.starts_with_keyframe
+    assert info.duration == pytest.approx(0.7)
+    assert info.keyframes == 3  # gop 3: frames 0, 3, 6
+    assert info.has_audio is False
+    assert info.feature_info() == {
+        "video.height": HEIGHT,
+        "video.width": WIDTH,
+        "video.codec": "mpeg4",
+        "video.pix_fmt": "yuv420p",
+        "video.fps": FPS,
+    }
+
+
+def test_concat_places_each_episode_exactly_and_is_deterministic(tmp_path, episodes):
+    root = locate(tmp_path)
+    order = [2, 0, 1]
+    segments = [Segment(root, f"src/episode_{ep}.mp4") for ep in order]
+    spans = concat_segments(segments, str(tmp_path / "out/a.mp4"))
+    assert [s.frames for s in spans] == [4, 5, 7]
+    assert [(s.from_timestamp, s.to_timestamp) for s in spans] == [
+        (0.0, float(Fraction(4, FPS))),
+        (float(Fraction(4, FPS)), float(Fraction(9, FPS))),
+        (float(Fraction(9, FPS)), float(Fraction(16, FPS))),
+    ]
+    out = decoded(tmp_path / "out/a.mp4")
+    assert len(out) == 16
+    for ep, span in zip(order, spans, strict=True):
+        source = decoded(episodes[ep])
+        for k, (_, pixels) in enumerate(source):
+            np.testing.assert_array_equal(at(out, span.from_timestamp + k / FPS), pixels)
+    # stream copy: the packets are the sources' packets, in order
+    expected = [h for ep in order for h in packet_hashes(episodes[ep])]
+    assert packet_hashes(tmp_path / "out/a.mp4") == expected
+    # deterministic bytes, no wall-clock metadata, no leftover temporary file
+    concat_segments(segments, str(tmp_path / "out/b.mp4"))
+    assert (tmp_path / "out/a.mp4").read_bytes() == (tmp_path / "out/b.mp4").read_bytes()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.mp4", "b.mp4"]
+    with av.open(str(tmp_path / "out/a.mp4")) as container:
+        assert "creation_time" not in container.metadata
+        assert "encoder" not in container.metadata
+        assert "creation_time" not in container.streams.video[0].metadata
+    whole = probe(root, "out/a.mp4")
+    assert whole.frames == 16 and whole.duration == pytest.approx(1.6)
+
+
+def test_ranges_of_a_shared_file_are_cut_on_keyframes(tmp_path):
+    """v3.0 re-sharding: episodes are [from, to) ranges of one file; take them in another order."""
+    lengths = [6, 4, 5]
+    starts = np.cumsum([0, *lengths])
+    frames = [frame_pixels(ep, i) for ep, n in enumerate(lengths) for i in range(n)]
+    encode(tmp_path / "shared.mp4", frames, keyframes={int(s) for s in starts[:-1]})
+    root = locate(tmp_path)
+    ranges = [(starts[e] / FPS, starts[e + 1] / FPS) for e in range(3)]
+    order = [1, 2, 0]
+    spans = concat_segments(
+        [Segment(root, "shared.mp4", *ranges[e]) for e in order], str(tmp_path / "out.mp4")
+    )
+    assert [s.frames for s in spans] == [lengths[e] for e in order]
+    out, source = decoded(tmp_path / "out.mp4"), decoded(tmp_path / "shared.mp4")
+    for e, span in zip(order, spans, strict=True):
+        assert span.to_timestamp - span.from_timestamp == pytest.approx(lengths[e] / FPS)
+        for k in range(lengths[e]):
+            np.testing.assert_array_equal(
+                at(out, span.from_timestamp + k / FPS), source[starts[e] + k][1]
+            )
+    # a range that starts between keyframes cannot be stream-copied
+    assert probe(root, "shared.mp4").keyframes == 3  # frame 2 (0.2 s) is not one
+    with pytest.raises(
+        ShardfeedError, match=r"shared\.mp4.*not start on a keyframe.*--drop-videos"
+    ):
+        concat_segments([Segment(root, "shared.mp4", 0.2, 0.6)], str(tmp_path / "bad.mp4"))
+    assert not (tmp_path / "bad.mp4").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_different_codec_parameters_are_refused_by_name(tmp_path, episodes):
+    big = [frame_pixels(9, i, height=32, width=32) for i in range(3)]
+    encode(tmp_path / "src/big.mp4", big)
+    root = locate(tmp_path)
+    with pytest.raises(
+        ShardfeedError, match=r"src/big\.mp4: height is 32 but the first video of this file has 16"
+    ):
+        concat_segments(
+            [Segment(root, "src/episode_0.mp4"), Segment(root, "src/big.mp4")],
+            str(tmp_path / "out.mp4"),
+        )
+    assert not (tmp_path / "out.mp4").exists()
+
+
+def test_missing_and_unreadable_inputs_are_clear_errors(tmp_path, episodes):
+    root = locate(tmp_path)
+    with pytest.raises(ShardfeedError, match=r"src/nope\.mp4: MP4 file not found.*--drop-videos"):
+        concat_segments([Segment(root, "src/nope.mp4")], str(tmp_path / "out.mp4"))
+    (tmp_path / "src/junk.mp4").write_bytes(b"\x00\x00\x00\x18ftypmp42 not a video")
+    with pytest.raises(ShardfeedError, match=r"src/junk\.mp4: not a readable video file"):
+        probe(root, "src/junk.mp4")
+    with pytest.raises(ShardfeedError, match="no video frames in this range"):
+        concat_segments([Segment(root, "src/episode_0.mp4", 5.0, 6.0)], str(tmp_path / "o.mp4"))
+
+
+def test_without_pyav_the_error_says_what_to_install(tmp_path, episodes, monkeypatch):
+    monkeypatch.setitem(sys.modules, "av", None)  # makes `import av` raise ImportError
+    with pytest.raises(ShardfeedError, match=r"pip install 'shardfeed\[video\]'"):
+        probe(locate(tmp_path), "src/episode_0.mp4")

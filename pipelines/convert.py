@@ -131,7 +131,7 @@ def write_planned_shard(
         units, key=KeyedUnit.sort_key if shuffled else lambda u: (u.ref.file, u.ref.position)
     )
     sidecar = config.sidecar(number)
-    inputs = shard_inputs_digest(number, ordered, spec, plan, config)
+    inputs = shard_inputs_digest(number, ordered, source, spec, plan, config)
     reused = reusable_outcome(config.dst, config.sidecar(number, previous=True), inputs)
     if reused is not None:  # an interrupted run already wrote exactly this shard
         state = {"inputs": inputs, "outcome": reused.to_state()}
@@ -161,10 +161,16 @@ def write_planned_shard(
 
 
 def shard_inputs_digest(
-    number: int, ordered: Sequence[KeyedUnit], spec: FeatureSpec, plan: Plan, config: GraphConfig
+    number: int,
+    ordered: Sequence[KeyedUnit],
+    source: SourceReader,
+    spec: FeatureSpec,
+    plan: Plan,
+    config: GraphConfig,
 ) -> str:
     """sha256 of everything a shard's bytes depend on: its units in order (with their content
-    hashes), where its rows and episodes start, the spec and the dataset options."""
+    hashes), the media files it cuts videos from, where its rows and episodes start, the spec and
+    the dataset options."""
     h = hashlib.sha256()
     head = {
         "number": number,
@@ -178,6 +184,9 @@ def shard_inputs_digest(
         ref = unit.ref
         line = f"\n{ref.file}\0{ref.position}\0{ref.rows}\0{ref.payload_bytes}\0{ref.content_hash}"
         h.update(line.encode())
+    if hasattr(source, "video_inputs"):
+        for line in source.video_inputs([u.ref for u in ordered]):
+            h.update(f"\n{line}".encode())
     return h.hexdigest()
 
 

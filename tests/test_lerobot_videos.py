@@ -480,3 +480,32 @@ def test_unitree_episodes_with_av1_videos(tmp_path, capsys):
         assert e[f"videos/{key}/to_timestamp"] == pytest.approx(e["length"] / 30, abs=1e-9)
         path = video_file(per_episode, key, e)
         assert probe(locate(per_episode), str(path.relative_to(per_episode))).frames == e["length"]
+
+
+def test_a_rerun_rewrites_shard_videos_whose_source_mp4_changed(tmp_path, v21, monkeypatch):
+    """A re-run may reuse an interrupted run's shards, but never a video cut from a changed MP4."""
+    import shardfeed.pipelines.convert as graph
+
+    args = ["--target-shard-size", "150B"]
+    dst = tmp_path / "dst"
+    real_build_shard, calls = graph.build_shard, []
+
+    def crash_on_third_shard(root, number, *a, **kw):
+        calls.append(number)
+        if len(calls) == 3:
+            raise RuntimeError("simulated crash")
+        return real_build_shard(root, number, *a, **kw)
+
+    monkeypatch.setattr(graph, "build_shard", crash_on_third_shard)
+    with pytest.raises(Exception, match="simulated crash"):
+        main(["convert", str(v21), str(dst), *args])
+    monkeypatch.undo()
+    assert len(list((dst / "videos").rglob("*.mp4"))) == 2  # two shards finished
+    # every source MP4 changes (same frame count, other pixels) before the re-run
+    for ep, n in LENGTHS.items():
+        video = V21_VIDEO.format(episode_chunk=0, video_key=CAM, episode_index=ep)
+        encode(v21 / video, [255 - frame_pixels(ep, i) for i in range(n)])
+    assert main(["convert", str(v21), str(dst), *args]) == 0
+    clean = tmp_path / "clean"
+    assert main(["convert", str(v21), str(clean), *args]) == 0
+    assert tree(dst) == tree(clean)

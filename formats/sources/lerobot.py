@@ -722,6 +722,25 @@ class LeRobotSource:
             files.append(file_record(root, rel))
         return per_episode, files
 
+    def video_inputs(self, refs: Sequence[UnitRef]) -> list[str]:
+        """What :meth:`write_videos` would cut for ``refs``: each segment's path and range, with
+        the source file's size and mtime, so a re-run never reuses a shard's video whose source
+        MP4 changed since (rsync's quick check)."""
+        out = []
+        seen: dict[str, pafs.FileInfo] = {}
+        for key, segments in self._video_segments.items():
+            for ref in refs:
+                seg = segments.get(ref.position)
+                if seg is None:
+                    continue
+                if seg.path not in seen:
+                    seen[seg.path] = self.location.info(seg.path, "video_path")
+                info = seen[seg.path]
+                out.append(
+                    f"{key}\0{seg.path}\0{seg.start}\0{seg.end}\0{info.size}\0{info.mtime_ns}"
+                )
+        return out
+
     def __repr__(self) -> str:
         return f"LeRobotSource({self.root!r}, version={self.version!r}, drop_videos={self.drop_videos})"
 

@@ -7,9 +7,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from shardfeed.schemas.errors import SchemaError
-from shardfeed.schemas.features import Feature, FeatureSpec
+from shardfeed.schemas.features import NUMERIC_DTYPES, Feature, FeatureSpec
 
 TableLike = (
     pa.Table
@@ -52,11 +53,22 @@ def conform(table: pa.Table, spec: FeatureSpec, schema: pa.Schema | None = None)
             try:
                 column = column.cast(field.type)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
-                raise SchemaError(
-                    f"features.{field.name}", f"cannot store {column.type} as {field.type}: {err}"
-                ) from None
+                column = _reshaped(column, spec[field.name]) if field.name in spec else None
+                if column is None:
+                    raise SchemaError(
+                        f"features.{field.name}",
+                        f"cannot store {table.column(field.name).type} as {field.type}: {err}",
+                    ) from None
         columns.append(column)
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def nest(flat: pa.Array, shape: Sequence[int]) -> pa.Array:
+    """Row-major leaf values -> one fixed-size list level per dimension of ``shape``."""
+    out = flat
+    for size in reversed(shape):
+        out = pa.FixedSizeListArray.from_arrays(out, size)
+    return out
 
 
 def _column(columns: Mapping[str, Any], feature: Feature) -> pa.Array:
@@ -72,8 +84,7 @@ def _column(columns: Mapping[str, Any], feature: Feature) -> pa.Array:
                 f"features.{feature.name}.shape",
                 f"data has shape {list(arr.shape[1:])}, spec says {list(feature.shape)}",
             )
-        flat = pa.array(np.ascontiguousarray(arr).reshape(-1))
-        return pa.FixedSizeListArray.from_arrays(flat, feature.num_elements)
+        return nest(pa.array(np.ascontiguousarray(arr).reshape(-1)), feature.shape)
     if feature.dtype == "image":
         return pa.array(
             [v if v is None or isinstance(v, dict) else {"bytes": v, "path": None} for v in values],
@@ -89,6 +100,26 @@ def _column(columns: Mapping[str, Any], feature: Feature) -> pa.Array:
     return pa.array(values, feature.arrow_type)
 
 
+def _reshaped(column: pa.ChunkedArray, feature: Feature) -> pa.Array | None:
+    """A flat list column with exactly ``num_elements`` values in every row (a (2, 3) tensor
+    written as ``list<float>`` or ``fixed_size_list<float>[6]``), nested to the feature's shape;
+    None when the column is anything else."""
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    atype = array.type
+    flat_list = pa.types.is_list(atype) or pa.types.is_fixed_size_list(atype)
+    if not feature.is_tensor or not flat_list or array.null_count:
+        return None
+    if pa.types.is_list(atype.value_type) or pa.types.is_fixed_size_list(atype.value_type):
+        return None
+    lengths = pc.list_value_length(array).to_numpy()
+    if not (lengths == feature.num_elements).all():
+        return None
+    try:
+        return nest(array.flatten().cast(NUMERIC_DTYPES[feature.dtype]), feature.shape)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+
+
 def _has_none(values: Any) -> bool:
     return isinstance(values, list) and any(v is None for v in values)
 
@@ -102,7 +133,9 @@ def column_to_numpy(column: pa.ChunkedArray | pa.Array, feature: Feature) -> np.
         column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
     n = len(column)
     if feature.is_tensor:
-        values = column.flatten()  # honours the slice offset, unlike .values
+        values = column
+        for _ in feature.shape:
+            values = values.flatten()  # honours the slice offset, unlike .values
         flat = values.to_numpy(
             zero_copy_only=column.null_count == 0
             and values.null_count == 0

@@ -98,8 +98,14 @@ class Feature:
             return pa.string()
         if self.dtype == "image":
             return IMAGE_ARROW_TYPE
-        base = NUMERIC_DTYPES[self.dtype]
-        return base if self.is_scalar else pa.list_(base, self.num_elements)
+        if self.is_scalar:
+            return NUMERIC_DTYPES[self.dtype]
+        # one fixed-size list level per dimension, outermost first: Hugging Face datasets (so
+        # LeRobot) stores a 2-D feature as Array2D, list<list<...>>, and casts only from nested lists
+        atype = NUMERIC_DTYPES[self.dtype]
+        for size in reversed(self.shape):
+            atype = pa.list_(atype, size)
+        return atype
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"dtype": self.dtype, "shape": list(self.shape), "names": self.names}
@@ -178,7 +184,8 @@ class FeatureSpec:
 def feature_from_arrow(
     name: str, arrow_type: pa.DataType, shape: tuple[int, ...] | None = None
 ) -> Feature:
-    """Infer a Feature from an Arrow column type (fixed-size lists become 1-D tensors)."""
+    """Infer a Feature from an Arrow column type: nested fixed-size lists become tensors of their
+    dimensions, or of ``shape`` when it holds as many values (a flat list reshaped)."""
     for dtype, atype in NUMERIC_DTYPES.items():
         if arrow_type == atype:
             return Feature(name, dtype, (1,))
@@ -187,16 +194,19 @@ def feature_from_arrow(
     if arrow_type == IMAGE_ARROW_TYPE:
         return Feature(name, "image", tuple(shape or ()))
     if pa.types.is_fixed_size_list(arrow_type):
-        inner = feature_from_arrow(name, arrow_type.value_type)
+        found: list[int] = []  # nested fixed-size lists: one dimension per level
+        leaf = arrow_type
+        while pa.types.is_fixed_size_list(leaf):
+            found.append(leaf.list_size)
+            leaf = leaf.value_type
+        inner = feature_from_arrow(name, leaf)
         if not inner.is_numeric:
-            raise SchemaError(
-                f"features.{name}", f"fixed-size list of {arrow_type.value_type} is not a tensor"
-            )
-        dims = shape or (arrow_type.list_size,)
-        if math.prod(dims) != arrow_type.list_size:
+            raise SchemaError(f"features.{name}", f"fixed-size list of {leaf} is not a tensor")
+        dims = tuple(shape or found)
+        if math.prod(dims) != math.prod(found):
             raise SchemaError(
                 f"features.{name}.shape",
-                f"{list(dims)} does not hold {arrow_type.list_size} values",
+                f"{list(dims)} does not hold {math.prod(found)} values",
             )
-        return Feature(name, inner.dtype, tuple(dims))
+        return Feature(name, inner.dtype, dims)
     raise SchemaError(f"features.{name}", f"no shardfeed dtype for Arrow type {arrow_type}")

@@ -700,13 +700,6 @@ def test_unitree_v21_without_videos_loads_in_lerobot(lerobot, unitree):
     assert len(files) == unitree.num_shards
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="shardfeed bug: a (2, 3) tensor is stored flat as fixed_size_list<float>[6] "
-    "(schemas/features.py); lerobot reads a 2-D feature as datasets.Array2D, storage "
-    "list<list<float>>, and Arrow cannot cast float to list (DatasetGenerationError). One nested "
-    "(fixed-size) list level per dimension loads. Remove this mark once fixed.",
-)
 def test_two_dimensional_tensor_feature_loads_in_lerobot(lerobot, tmp_path):
     """A (2, 3) float feature: lerobot reads it as datasets.Array2D (storage list<list<float>>)."""
     spec = FeatureSpec(

@@ -62,6 +62,39 @@ class Location:
         if not self.is_local:
             with self.open_input(rel, field) as handle:
                 return handle.read()
+        fd = self._open_local(rel, field)
+        try:
+            return _read_all(fd)
+        finally:
+            os.close(fd)
+
+    def read_into(self, rel: str, view: memoryview, field: str = "path") -> None:
+        """Fill ``view`` with the whole file ``rel``, which must be exactly ``len(view)`` bytes
+        (raises ValueError otherwise): the shard writer reads images straight into the column
+        buffer, with no bytes object per file. Same escape checks as :meth:`read_bytes`."""
+        if not self.is_local:
+            data = self.read_bytes(rel, field)
+            if len(data) != len(view):
+                raise ValueError(f"{rel} has {len(data)} bytes, expected {len(view)}")
+            view[:] = data
+            return
+        fd = self._open_local(rel, field)
+        try:
+            size = os.fstat(fd).st_size
+            if size != len(view):
+                raise ValueError(f"{rel} has {size} bytes, expected {len(view)}")
+            done = 0
+            while done < size:
+                got = os.readv(fd, [view[done:]])
+                if not got:
+                    raise ValueError(f"{rel} ended after {done} of {size} bytes")
+                done += got
+        finally:
+            os.close(fd)
+
+    def _open_local(self, rel: str, field: str) -> int:
+        """A read-only descriptor of local ``rel``: its directory resolved once and cached, the
+        file itself opened with ``O_NOFOLLOW`` (a symlinked leaf is resolved in full)."""
         check_relative_path(rel, field)
         head, _, leaf = rel.rpartition("/")
         real_dir = self._real_dirs.get(head)
@@ -71,15 +104,11 @@ class Location:
                 real_dir = resolve_within(self.root, head, field, real_root=self.real_root)
             self._real_dirs[head] = real_dir
         try:
-            fd = os.open(os.path.join(real_dir, leaf), os.O_RDONLY | _O_NOFOLLOW)
+            return os.open(os.path.join(real_dir, leaf), os.O_RDONLY | _O_NOFOLLOW)
         except OSError as err:
             if err.errno != errno.ELOOP:
                 raise
-            fd = os.open(self.path(rel, field), os.O_RDONLY)
-        try:
-            return _read_all(fd)
-        finally:
-            os.close(fd)
+            return os.open(self.path(rel, field), os.O_RDONLY)
 
     def info(self, rel: str, field: str = "path") -> pafs.FileInfo:
         return self.filesystem.get_file_info(self.path(rel, field))

@@ -47,6 +47,26 @@ class KeyedUnit:
     def sort_key(self) -> tuple[int, str, int]:
         return (self.key, self.ref.file, self.ref.position)
 
+    def to_tuple(self) -> tuple:
+        """Plain ints, strings and tuples: Beam's primitive coder encodes these without pickling
+        (a dataclass costs one pickle per unit at every shuffle)."""
+        r = self.ref
+        return (
+            self.key,
+            self.bucket,
+            r.file,
+            r.position,
+            r.rows,
+            r.payload_bytes,
+            r.content_hash,
+            r.locator,
+        )
+
+    @classmethod
+    def from_tuple(cls, values: Sequence) -> KeyedUnit:
+        key, bucket, file, position, rows, payload, digest, locator = values
+        return cls(key, bucket, UnitRef(file, position, rows, payload, digest, tuple(locator)))
+
 
 def write_units(path: str, units: Sequence[KeyedUnit]) -> None:
     """Write units in source order (file, position) as Parquet, atomically."""

@@ -95,10 +95,8 @@ def scan_file(file: str, source: SourceReader, spec: FeatureSpec, config: GraphC
     return file
 
 
-def keyed_by_shard(
-    file: str, plan: Plan, config: GraphConfig
-) -> Iterable[tuple[int, list[KeyedUnit]]]:
-    """source file -> (shard, its units bound for that shard), from the file's unit table.
+def keyed_by_shard(file: str, plan: Plan, config: GraphConfig) -> Iterable[tuple[int, list[tuple]]]:
+    """source file -> (shard, its units bound for that shard as ``KeyedUnit.to_tuple()``s).
 
     One element per (file, shard) rather than per unit: the shuffle then moves a few hundred
     lists instead of a pickled element per sample.
@@ -109,14 +107,14 @@ def keyed_by_shard(
         shards = plan.shards_of(file, sizes).tolist()
     else:
         shards = [plan.shard_of[unit.bucket] for unit in units]
-    by_shard: dict[int, list[KeyedUnit]] = {}
+    by_shard: dict[int, list[tuple]] = {}
     for shard, unit in zip(shards, units, strict=True):
-        by_shard.setdefault(shard, []).append(unit)
+        by_shard.setdefault(shard, []).append(unit.to_tuple())
     yield from sorted(by_shard.items())
 
 
 def write_planned_shard(
-    item: tuple[int, Iterable[list[KeyedUnit]]],
+    item: tuple[int, Iterable[list[tuple]]],
     source: SourceReader,
     spec: FeatureSpec,
     plan: Plan,
@@ -124,7 +122,7 @@ def write_planned_shard(
 ) -> int:
     """(shard number, units) -> the shard file under DST plus its JSON sidecar; returns rows."""
     number, parts = item
-    units = [unit for part in parts for unit in part]
+    units = [KeyedUnit.from_tuple(unit) for part in parts for unit in part]
     # shuffled: by stable key; source order: files() is sorted, so (file, position) is source order
     shuffled = isinstance(plan, ShardPlan)
     ordered = sorted(

@@ -16,8 +16,8 @@ def check_relative_path(path: str, field: str) -> str:
     """
     if not isinstance(path, str) or not path:
         raise UnsafePathError(field, "path must be a non-empty string")
-    decoded = unquote(path)
-    for candidate in {path, decoded}:
+    # only a path with a '%' can decode to something else (this runs once per file read)
+    for candidate in (path, unquote(path)) if "%" in path else (path,):
         if "\x00" in candidate or "\\" in candidate:
             raise UnsafePathError(field, f"path {path!r} contains a NUL or backslash")
         if candidate.startswith("/") or (len(candidate) > 1 and candidate[1] == ":"):

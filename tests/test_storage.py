@@ -72,3 +72,15 @@ def test_pickled_location_recomputes_its_caches(tree):
     state = loc.__getstate__()
     assert "_real_dirs" not in state and "real_root" not in state
     assert pickle.loads(pickle.dumps(loc)).read_bytes("a/b/x.bin") == b"x" * 100_000
+
+
+def test_read_into_fills_exactly_the_view(tree):
+    loc = locate(tree)
+    buf = bytearray(100_003)
+    loc.read_into("a/b/x.bin", memoryview(buf)[3:])
+    assert bytes(buf[3:]) == b"x" * 100_000 and bytes(buf[:3]) == b"\0\0\0"
+    loc.read_into("empty.bin", memoryview(bytearray(0)))
+    with pytest.raises(ValueError, match="100000 bytes, expected 99999"):
+        loc.read_into("a/b/x.bin", memoryview(bytearray(99_999)))
+    with pytest.raises(UnsafePathError):
+        loc.read_into("a/escape_link.bin", memoryview(bytearray(6)))

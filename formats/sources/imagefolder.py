@@ -31,6 +31,7 @@ import posixpath
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
@@ -51,6 +52,8 @@ from shardfeed.schemas.rejects import RejectError, RejectRecord
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp")
 #: Fixed bytes per sample besides the image and its path: the int64 label.
 LABEL_BYTES = 8
+#: A binary array's int32 offsets address at most this many bytes; bigger shards take the slow path.
+_MAX_BINARY_BYTES = 2**31 - 1
 
 
 def is_image_name(name: str) -> bool:
@@ -267,21 +270,22 @@ class ImageFolderSource:
     def read(self, refs: Sequence[UnitRef], spec: FeatureSpec) -> pa.Table:
         """Rows ``{image: {bytes, path: None}, label, path}`` of ``refs``, in order, in ``spec``'s
         schema. Raises :class:`ShardfeedError` if an image's size changed since it was scanned."""
-        blobs, labels, paths = [], [], []
-        for ref, data in zip(refs, map(self._load, refs), strict=True):
-            rel = str(ref.locator[0])
-            if sample_payload_bytes(len(data), rel) != ref.payload_bytes:
-                raise ShardfeedError(
-                    f"{self.root}: {rel} changed since it was scanned "
-                    f"({len(data)} bytes now); re-run the conversion"
-                )
-            blobs.append(data)
-            labels.append(self._labels[ref.file])
-            paths.append(rel)
+        paths = [str(ref.locator[0]) for ref in refs]
+        sizes = [
+            ref.payload_bytes - sample_payload_bytes(0, rel)
+            for ref, rel in zip(refs, paths, strict=True)
+        ]
+        rewrites = self.media_hook is not None and self.media_hook.rewrites
+        if rewrites or sum(sizes) >= _MAX_BINARY_BYTES:
+            blobs = pa.array(
+                [self._load(ref, size) for ref, size in zip(refs, sizes, strict=True)], pa.binary()
+            )
+        else:
+            blobs = self._read_column(paths, sizes)
         image = pa.StructArray.from_arrays(
-            [pa.array(blobs, pa.binary()), pa.nulls(len(blobs), pa.string())],
-            fields=list(IMAGE_ARROW_TYPE),
+            [blobs, pa.nulls(len(refs), pa.string())], fields=list(IMAGE_ARROW_TYPE)
         )
+        labels = [self._label(ref) for ref in refs]
         table = pa.table(
             {
                 "image": image,
@@ -291,11 +295,28 @@ class ImageFolderSource:
         )
         return conform(table, spec)
 
-    def _load(self, ref: UnitRef) -> bytes:
-        """One unit's stored image bytes (re-encoded when the media hook rewrites images)."""
+    def _read_column(self, paths: list[str], sizes: list[int]) -> pa.Array:
+        """The stored images as one binary array, each file read straight into its slot."""
+        offsets = np.zeros(len(paths) + 1, dtype=np.int32)
+        np.cumsum(sizes, out=offsets[1:])
+        data = np.empty(int(offsets[-1]), dtype=np.uint8)
+        view = memoryview(data)
+        bounds = zip(paths, offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)
+        for rel, a, b in bounds:
+            try:
+                self.location.read_into(rel, view[a:b], rel)
+            except ValueError as err:
+                raise ShardfeedError(
+                    f"{self.root}: {rel} changed since it was scanned ({err}); re-run the conversion"
+                ) from None
+        return pa.Array.from_buffers(
+            pa.binary(), len(paths), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+        )
+
+    def _load(self, ref: UnitRef, size: int) -> bytes:
+        """One unit's stored image bytes (re-encoded when the media hook rewrites images); they
+        must be the ``size`` bytes planned at scan time."""
         rel = str(ref.locator[0])
-        if ref.file not in self._labels:
-            raise ShardfeedError(f"{self.root}: {ref.file!r} is not a class directory")
         data = self.location.read_bytes(rel, rel)
         if self.media_hook is not None and self.media_hook.rewrites:
             try:
@@ -304,7 +325,18 @@ class ImageFolderSource:
                 raise ShardfeedError(
                     f"{self.root}: {rel} changed since it was scanned ({err})"
                 ) from None
+        if len(data) != size:
+            raise ShardfeedError(
+                f"{self.root}: {rel} changed since it was scanned "
+                f"({len(data)} bytes now); re-run the conversion"
+            )
         return data
+
+    def _label(self, ref: UnitRef) -> int:
+        label = self._labels.get(ref.file)
+        if label is None:
+            raise ShardfeedError(f"{self.root}: {ref.file!r} is not a class directory")
+        return label
 
     def __repr__(self) -> str:
         return f"ImageFolderSource({self.root!r}, classes={len(self.label_names)})"

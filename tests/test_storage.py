@@ -84,3 +84,16 @@ def test_read_into_fills_exactly_the_view(tree):
         loc.read_into("a/b/x.bin", memoryview(bytearray(99_999)))
     with pytest.raises(UnsafePathError):
         loc.read_into("a/escape_link.bin", memoryview(bytearray(6)))
+
+
+def test_will_need_is_safe_on_anything(tree, monkeypatch):
+    import shardfeed.formats.storage as storage
+
+    advised = []
+    monkeypatch.setattr(storage.os, "posix_fadvise", lambda fd, *a: advised.append(a))
+    loc = locate(tree)
+    loc.will_need("a/b/x.bin")
+    # escapes and missing files are silently skipped (the read reports them), never opened
+    for rel in ("a/escape_link.bin", "../outside/secret.bin", "a/b/nope.bin"):
+        loc.will_need(rel)
+    assert advised == [(0, 0, storage.os.POSIX_FADV_WILLNEED)]

@@ -9,6 +9,7 @@ writes the shard's videos next to it and records them on the outcome.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from collections.abc import Mapping, Sequence
@@ -205,6 +206,7 @@ def build_shard(
             )
         for episode, source_id in zip(episodes, source_episode_ids, strict=True):
             episode.source_episode_index = int(source_id)
+    record = dataclasses.replace(record, units=len(episodes) if episodic else record.rows)
     return ShardOutcome(number, record, stats, episodes)
 
 

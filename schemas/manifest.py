@@ -42,6 +42,9 @@ class ShardRecord:
     sha256: str
     index_start: int
     index_end: int
+    #: planning units in the shard (episodes for episodic data, else rows); None in manifests
+    #: written before it existed. ``inspect`` leaves single oversized units out of the balance.
+    units: int | None = None
 
     def __post_init__(self) -> None:
         if sum(self.row_groups) != self.rows:
@@ -64,6 +67,7 @@ class ShardRecord:
             "sha256": self.sha256,
             "index_start": self.index_start,
             "index_end": self.index_end,
+            **({} if self.units is None else {"units": self.units}),
         }
 
     @classmethod
@@ -81,6 +85,7 @@ class ShardRecord:
             "sha256": _sha256_field(get(obj, "sha256", str, where), f"{where}.sha256"),
             "index_start": count(obj, "index_start", where),
             "index_end": count(obj, "index_end", where),
+            "units": count(obj, "units", where) if "units" in obj else None,
         }
         try:
             return cls(**values)

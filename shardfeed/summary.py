@@ -14,6 +14,12 @@ def dataset_summary(manifest: Manifest, info: Info) -> dict[str, Any]:
     sizes = [s.bytes for s in manifest.shards]
     payloads = [s.payload_bytes for s in manifest.shards]
     total, payload = sum(sizes), sum(payloads)
+    target = _target_shard_bytes(manifest)
+    # a unit larger than the target gets a shard of its own and is left out of the balance
+    alone = [
+        s.units == 1 and target is not None and s.payload_bytes > target for s in manifest.shards
+    ]
+    balanced = [s for s, single in zip(manifest.shards, alone, strict=True) if not single]
     return {
         "num_samples": manifest.num_samples,
         "num_shards": len(manifest.shards),
@@ -22,8 +28,11 @@ def dataset_summary(manifest: Manifest, info: Info) -> dict[str, Any]:
         "payload_bytes": payload,
         "compression_ratio": round(payload / total, 4) if total else None,
         "balance": {
-            "bytes_max_over_mean": round(max_over_mean(sizes), 4),
-            "payload_bytes_max_over_mean": round(max_over_mean(payloads), 4),
+            "bytes_max_over_mean": round(max_over_mean([s.bytes for s in balanced]), 4),
+            "payload_bytes_max_over_mean": round(
+                max_over_mean([s.payload_bytes for s in balanced]), 4
+            ),
+            "oversized_unit_shards": sum(alone),
         },
         "shard_bytes": {
             "min": min(sizes, default=0),
@@ -44,3 +53,9 @@ def dataset_summary(manifest: Manifest, info: Info) -> dict[str, Any]:
         "format_version": manifest.format_version,
         "provenance": manifest.provenance.to_json(),
     }
+
+
+def _target_shard_bytes(manifest: Manifest) -> int | None:
+    """The conversion's target shard size, from the provenance's content options (if recorded)."""
+    value = manifest.provenance.content_options.get("target_shard_size")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -23,6 +23,7 @@ SHARD_KEYS = {
     "sha256",
     "index_start",
     "index_end",
+    "units",
 }
 
 
@@ -161,7 +162,12 @@ def test_inspect_json(dataset, capsys):
     assert shards[0]["index_start"] == 0 and shards[-1]["index_end"] == summary["num_samples"]
 
     balance = summary["balance"]
-    assert set(balance) == {"bytes_max_over_mean", "payload_bytes_max_over_mean"}
+    assert set(balance) == {
+        "bytes_max_over_mean",
+        "payload_bytes_max_over_mean",
+        "oversized_unit_shards",
+    }
+    assert balance["oversized_unit_shards"] == 0
     sizes = [s["bytes"] for s in shards]
     payloads = [s["payload_bytes"] for s in shards]
     assert balance["bytes_max_over_mean"] == pytest.approx(

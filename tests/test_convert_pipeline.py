@@ -396,3 +396,25 @@ def test_long_tail_text_balances_payload_and_disk_bytes(tmp_path, capsys):
     assert summary["balance"]["bytes_max_over_mean"] == pytest.approx(
         max(sizes) / np.mean(sizes), abs=1e-4
     )
+
+
+def test_a_unit_larger_than_the_target_gets_its_own_shard_left_out_of_the_balance(tmp_path, capsys):
+    src = _long_tail_text_corpus(tmp_path / "src", n=1000)
+    with open(src / "docs.jsonl", "a") as out:
+        out.write(json.dumps({"text": "huge " * 60_000, "id": 10**6, "lang": "en"}) + "\n")
+    dst = tmp_path / "out"
+    assert main(["convert", str(src), str(dst), "--target-shard-size", "200KB"]) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(dst), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    alone = [s for s in summary["shards"] if s["payload_bytes"] > 200_000]
+    assert len(alone) == 1 and alone[0]["rows"] == alone[0]["units"] == 1
+    rest = [s for s in summary["shards"] if s is not alone[0]]
+    assert summary["balance"]["oversized_unit_shards"] == 1
+    assert summary["balance"]["payload_bytes_max_over_mean"] == pytest.approx(
+        max(s["payload_bytes"] for s in rest) / np.mean([s["payload_bytes"] for s in rest]),
+        abs=1e-4,
+    )
+    assert summary["balance"]["payload_bytes_max_over_mean"] <= 1.02
+    assert main(["inspect", str(dst)]) == 0
+    assert "1 shard(s) holding one unit larger than the target left out" in capsys.readouterr().out

@@ -29,6 +29,7 @@ from shardfeed.schemas import (
 )
 from shardfeed.schemas.features import NUMERIC_DTYPES
 from shardfeed.schemas.info import INFO_FIELDS
+from shardfeed.schemas.manifest import ShardRecord
 
 # --------------------------------------------------------------------------------------------
 # Feature / FeatureSpec
@@ -677,3 +678,22 @@ def test_num_parts_for():
 def test_manifest_obj_helper_is_not_mutated_between_tests():
     a, b = _manifest_obj(), copy.deepcopy(_manifest_obj())
     assert a == b
+
+
+def test_shard_record_units_is_optional_for_older_manifests():
+    base = {
+        "path": "data/chunk-000/file-000.parquet",
+        "bytes": 10,
+        "payload_bytes": 8,
+        "rows": 2,
+        "row_groups": [2],
+        "sha256": "0" * 64,
+        "index_start": 0,
+        "index_end": 2,
+    }
+    old = ShardRecord.from_json(base, "shards[0]")
+    assert old.units is None and "units" not in old.to_json()
+    new = ShardRecord.from_json({**base, "units": 1}, "shards[0]")
+    assert new.units == 1 and new.to_json()["units"] == 1
+    with pytest.raises(SchemaError, match="units"):
+        ShardRecord.from_json({**base, "units": -1}, "shards[0]")

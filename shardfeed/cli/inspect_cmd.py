@@ -52,7 +52,12 @@ def render(name: str, s: dict, shards, limit: int) -> str:
         if s["compression_ratio"]
         else "compression    n/a",
         f"shard bytes    min {format_size(s['shard_bytes']['min'])}  mean {format_size(s['shard_bytes']['mean'])}  max {format_size(s['shard_bytes']['max'])}",
-        f"balance        bytes max/mean {bal['bytes_max_over_mean']:.4f}   payload max/mean {bal['payload_bytes_max_over_mean']:.4f}",
+        f"balance        bytes max/mean {bal['bytes_max_over_mean']:.4f}   payload max/mean {bal['payload_bytes_max_over_mean']:.4f}"
+        + (
+            f"   ({bal['oversized_unit_shards']} shard(s) holding one unit larger than the target left out)"
+            if bal["oversized_unit_shards"]
+            else ""
+        ),
         f"episodes       {s['episodes']:,}   tasks {s['tasks']:,}   fps {s['fps']}",
         f"rejects        {s['rejects']['total']:,}"
         + "".join(

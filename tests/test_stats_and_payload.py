@@ -113,3 +113,39 @@ def test_payload_bytes_follow_the_definition():
     chunked = pa.chunked_array([pa.array(["aaaa", "b"]), pa.array(["cc"])])
     np.testing.assert_array_equal(column_row_bytes(chunked), [4, 1, 2])
     np.testing.assert_array_equal(column_row_bytes(pa.array(["aaaa", "b", "cc"]).slice(1)), [1, 2])
+
+
+def test_a_failing_disk_write_fails_the_shard_and_leaves_no_file(tmp_path, monkeypatch):
+    import shardfeed.formats.shard_writer as shard_writer
+    from shardfeed.schemas.features import Feature, FeatureSpec
+
+    spec = FeatureSpec((Feature("x", "float32", (4,)),))
+    table = pa.table({"x": pa.array([[1.0, 2.0, 3.0, 4.0]] * 1000, pa.list_(pa.float32(), 4))})
+
+    class FullDisk:
+        def __init__(self, raw):
+            self.raw = raw
+
+        def write(self, data):
+            raise OSError(28, "No space left on device")
+
+        def __getattr__(self, name):
+            return getattr(self.raw, name)
+
+    real_open = shard_writer.atomic_open
+
+    def failing_open(path):
+        class Ctx:
+            def __enter__(self):
+                self.inner = real_open(path)
+                return FullDisk(self.inner.__enter__())
+
+            def __exit__(self, *exc):
+                return self.inner.__exit__(*exc)
+
+        return Ctx()
+
+    monkeypatch.setattr(shard_writer, "atomic_open", failing_open)
+    with pytest.raises(OSError, match="No space left"):
+        shard_writer.write_shard(tmp_path, "data/s.parquet", table, spec, index_start=0)
+    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == []

@@ -86,14 +86,27 @@ def test_read_into_fills_exactly_the_view(tree):
         loc.read_into("a/escape_link.bin", memoryview(bytearray(6)))
 
 
-def test_will_need_is_safe_on_anything(tree, monkeypatch):
+def test_read_ahead_yields_each_file_or_its_error_in_order(tree, monkeypatch):
     import shardfeed.formats.storage as storage
 
     advised = []
-    monkeypatch.setattr(storage.os, "posix_fadvise", lambda fd, *a: advised.append(a))
-    loc = locate(tree)
-    loc.will_need("a/b/x.bin")
-    # escapes and missing files are silently skipped (the read reports them), never opened
-    for rel in ("a/escape_link.bin", "../outside/secret.bin", "a/b/nope.bin"):
-        loc.will_need(rel)
-    assert advised == [(0, 0, storage.os.POSIX_FADV_WILLNEED)]
+    real = storage.os.posix_fadvise
+    monkeypatch.setattr(
+        storage.os, "posix_fadvise", lambda fd, *a: advised.append(a) or real(fd, *a)
+    )
+    rels = ["a/b/x.bin", "a/escape_link.bin", "top.bin", "a/b/nope.bin", "../x", "empty.bin"]
+    out = list(locate(tree).read_ahead(rels, window=2))
+    assert out[0] == b"x" * 100_000 and out[2] == b"top" and out[5] == b""
+    assert isinstance(out[1], UnsafePathError) and isinstance(out[4], UnsafePathError)
+    assert isinstance(out[3], FileNotFoundError)
+    # only the three readable files were opened (and advised); escapes never were
+    assert len(advised) == 3
+
+
+def test_read_ahead_closes_what_it_opened_when_abandoned(tree):
+    before = len(os.listdir("/proc/self/fd"))
+    reads = locate(tree).read_ahead(["a/b/x.bin", "top.bin", "empty.bin"], window=3)
+    assert next(reads) == b"x" * 100_000
+    assert len(os.listdir("/proc/self/fd")) == before + 2
+    reads.close()
+    assert len(os.listdir("/proc/self/fd")) == before

@@ -11,6 +11,7 @@ values are identical across runs, machines, Python versions and runners.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import operator
 
@@ -33,15 +34,29 @@ def shuffle_key(seed: int, content_hash: str, position_key: str) -> int:
     and identical contents at different positions get different keys. Sort by
     ``(shuffle_key(...), position_key)`` for a total order: two keys can still collide, at 64 bits.
     """
-    h = hashlib.blake2b(digest_size=8)
-    for part in (
-        _SHUFFLE_DOMAIN,
-        str(operator.index(seed)).encode("ascii"),
-        content_hash.encode("utf-8"),
-        position_key.encode("utf-8"),
-    ):
-        _update_framed(h, part)
+    h = _seeded(operator.index(seed)).copy()
+    digest, position = content_hash.encode("utf-8"), position_key.encode("utf-8")
+    # the same length-framed byte stream as _update_framed, in one update (once per sample)
+    h.update(
+        b"".join(
+            (
+                len(digest).to_bytes(8, "little"),
+                digest,
+                len(position).to_bytes(8, "little"),
+                position,
+            )
+        )
+    )
     return int.from_bytes(h.digest(), "big")
+
+
+@functools.lru_cache(maxsize=16)
+def _seeded(seed: int) -> hashlib._Hash:
+    """The shuffle hasher with domain and seed already fed (copied, never updated, by callers)."""
+    h = hashlib.blake2b(digest_size=8)
+    for part in (_SHUFFLE_DOMAIN, str(seed).encode("ascii")):
+        _update_framed(h, part)
+    return h
 
 
 def stable_bucket(key: str, buckets: int) -> int:

@@ -1,4 +1,4 @@
-"""Work files of a conversion: each source file's unit references and bucket totals, as Parquet.
+"""Work files of a conversion: each source file's unit references and bucket totals, as Arrow IPC.
 
 The scan stage writes one unit table per source file; the driver reads only the small totals tables
 to plan; the write stage reads unit tables back. Locators are stored as JSON text (they are small).
@@ -6,7 +6,6 @@ to plan; the write stage reads unit tables back. Locators are stored as JSON tex
 
 from __future__ import annotations
 
-import io
 import json
 import os
 from collections.abc import Sequence
@@ -14,11 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from shardfeed.formats.atomic import atomic_write_bytes
 from shardfeed.formats.sources.base import UnitRef
 
+UNIT_SUFFIX = ".arrow"  # Arrow IPC files under the work dir's units/ and totals/
 UNIT_SCHEMA = pa.schema(
     [
         ("file", pa.string()),
@@ -91,16 +90,34 @@ def write_units(path: str, units: Sequence[KeyedUnit]) -> None:
 
 
 def read_units(path: str) -> list[KeyedUnit]:
-    table = pq.read_table(path, schema=UNIT_SCHEMA)
+    return [KeyedUnit.from_tuple(values) for values in read_unit_tuples(path)]
+
+
+def read_unit_tuples(path: str) -> list[tuple]:
+    """A file's units as ``KeyedUnit.to_tuple()`` values, in source order, without building
+    objects (the write stage ships them through the shuffle as they are)."""
+    table = _read(path, UNIT_SCHEMA)
     cols = {name: table.column(name).to_pylist() for name in UNIT_SCHEMA.names}
-    return [
-        KeyedUnit(
-            key, bucket, UnitRef(file, position, rows, size, digest, tuple(json.loads(locator)))
+    locators = [tuple(json.loads(text)) for text in cols["locator"]]
+    return list(
+        zip(
+            cols["key"],
+            cols["bucket"],
+            cols["file"],
+            cols["position"],
+            cols["rows"],
+            cols["payload_bytes"],
+            cols["content_hash"],
+            locators,
+            strict=True,
         )
-        for file, position, rows, size, digest, locator, key, bucket in zip(
-            *(cols[n] for n in UNIT_SCHEMA.names), strict=True
-        )
-    ]
+    )
+
+
+def read_unit_sizes(path: str) -> tuple[np.ndarray, np.ndarray]:
+    """(payload bytes, rows) of a file's units, in source order."""
+    table = _read(path, UNIT_SCHEMA)
+    return table.column("payload_bytes").to_numpy(), table.column("rows").to_numpy()
 
 
 def write_totals(path: str, units: Sequence[KeyedUnit]) -> None:
@@ -122,7 +139,7 @@ def write_totals(path: str, units: Sequence[KeyedUnit]) -> None:
 
 
 def read_totals(path: str) -> pa.Table:
-    return pq.read_table(path, schema=TOTALS_SCHEMA)
+    return _read(path, TOTALS_SCHEMA)
 
 
 def _exact_sums(groups: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
@@ -133,7 +150,19 @@ def _exact_sums(groups: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
 
 
 def _write(path: str, table: pa.Table) -> None:
-    sink = io.BytesIO()
-    pq.write_table(table, sink, compression="zstd")
+    # Arrow IPC with zstd buffers: as small as zstd Parquet (about 40 bytes per unit) and 5-40x
+    # faster to write and read back, for scratch tables that are read once
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression="zstd")
+    with pa.ipc.new_file(sink, table.schema, options=options) as writer:
+        writer.write_table(table)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    atomic_write_bytes(path, sink.getvalue(), durable=False)  # scratch: a re-run rescans
+    atomic_write_bytes(path, sink.getvalue().to_pybytes(), durable=False)  # a re-run rescans
+
+
+def _read(path: str, schema: pa.Schema) -> pa.Table:
+    with pa.OSFile(path) as source:  # read into memory: no mapping outlives the file
+        table = pa.ipc.open_file(source).read_all()
+    if table.schema != schema:
+        raise ValueError(f"{path}: unexpected schema {table.schema}")
+    return table

@@ -24,7 +24,13 @@ import pyarrow as pa
 from shardfeed.formats.atomic import atomic_write_bytes
 from shardfeed.formats.publish import DatasetOptions, ShardOutcome, add_videos, build_shard
 from shardfeed.formats.sources.base import SourceReader
-from shardfeed.formats.unit_table import KeyedUnit, read_units, write_totals, write_units
+from shardfeed.formats.unit_table import (
+    UNIT_SUFFIX,
+    KeyedUnit,
+    read_unit_tuples,
+    write_totals,
+    write_units,
+)
 from shardfeed.planning.shard_plan import ContiguousPlan, ShardPlan, bucket_of
 from shardfeed.schemas.errors import ShardfeedError
 from shardfeed.schemas.features import FeatureSpec
@@ -33,6 +39,7 @@ from shardfeed.transforms.hashing import shuffle_key
 
 Plan = ShardPlan | ContiguousPlan
 WORK_DIR = ".shardfeed-work"  # under DST while a run is in flight; removed after publishing
+_BUCKET, _PAYLOAD = 1, 5  # positions in a KeyedUnit.to_tuple()
 PREVIOUS = "previous-shards"  # sidecars of an interrupted run, under WORK_DIR, checked for reuse
 
 
@@ -82,8 +89,8 @@ def scan_file(file: str, source: SourceReader, spec: FeatureSpec, config: GraphC
     for ref in result.units:
         key = shuffle_key(config.seed, ref.content_hash, f"{ref.file}:{ref.position}")
         units.append(KeyedUnit(key, bucket_of(key, ref.payload_bytes, target), ref))
-    write_units(config.part("units", file, ".parquet"), units)
-    write_totals(config.part("totals", file, ".parquet"), units)
+    write_units(config.part("units", file, UNIT_SUFFIX), units)
+    write_totals(config.part("totals", file, UNIT_SUFFIX), units)
     if result.rejects:
         ordered = sorted(
             result.rejects, key=lambda r: (_position_key(r.position), r.reason, r.message)
@@ -101,15 +108,15 @@ def keyed_by_shard(file: str, plan: Plan, config: GraphConfig) -> Iterable[tuple
     One element per (file, shard) rather than per unit: the shuffle then moves a few hundred
     lists instead of a pickled element per sample.
     """
-    units = read_units(config.part("units", file, ".parquet"))
+    units = read_unit_tuples(config.part("units", file, UNIT_SUFFIX))
     if isinstance(plan, ContiguousPlan):
-        sizes = np.array([u.ref.payload_bytes for u in units], dtype=np.int64)
+        sizes = np.array([u[_PAYLOAD] for u in units], dtype=np.int64)
         shards = plan.shards_of(file, sizes).tolist()
     else:
-        shards = [plan.shard_of[unit.bucket] for unit in units]
+        shards = [plan.shard_of[u[_BUCKET]] for u in units]
     by_shard: dict[int, list[tuple]] = {}
     for shard, unit in zip(shards, units, strict=True):
-        by_shard.setdefault(shard, []).append(unit.to_tuple())
+        by_shard.setdefault(shard, []).append(unit)
     yield from sorted(by_shard.items())
 
 

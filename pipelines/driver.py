@@ -17,7 +17,6 @@ from typing import Any
 import apache_beam as beam
 import numpy as np
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 
@@ -27,7 +26,7 @@ from shardfeed.formats.publish import DatasetOptions, ShardOutcome, prepare_root
 from shardfeed.formats.rejects import REJECTS_DIR
 from shardfeed.formats.shard_writer import DEFAULT_ROW_GROUP_BYTES
 from shardfeed.formats.sources import SourceReader, detect_kind, open_source
-from shardfeed.formats.unit_table import read_totals
+from shardfeed.formats.unit_table import UNIT_SUFFIX, read_totals, read_unit_sizes
 from shardfeed.pipelines.convert import (
     PREVIOUS,
     WORK_DIR,
@@ -273,14 +272,13 @@ def _run(options: PipelineOptions, build: Callable[[beam.Pipeline], object]) -> 
 
 def _file_bytes(graph: GraphConfig, file: str) -> int:
     return int(
-        pc.sum(read_totals(graph.part("totals", file, ".parquet")).column("bytes")).as_py() or 0
+        pc.sum(read_totals(graph.part("totals", file, UNIT_SUFFIX)).column("bytes")).as_py() or 0
     )
 
 
 def _unit_sizes(graph: GraphConfig, file: str) -> tuple[np.ndarray, np.ndarray]:
     """(payload bytes, rows) of one file's units, in source order."""
-    table = pq.read_table(graph.part("units", file, ".parquet"), columns=["payload_bytes", "rows"])
-    return table.column("payload_bytes").to_numpy(), table.column("rows").to_numpy()
+    return read_unit_sizes(graph.part("units", file, UNIT_SUFFIX))
 
 
 def _read_totals(graph: GraphConfig, files: Sequence[str]) -> list[BucketTotal]:
@@ -289,7 +287,7 @@ def _read_totals(graph: GraphConfig, files: Sequence[str]) -> list[BucketTotal]:
     dense = np.zeros((3, FINE_BUCKETS), dtype=np.int64)  # units, rows, bytes
     big: dict[int, BucketTotal] = {}
     for file in files:
-        table = read_totals(graph.part("totals", file, ".parquet"))
+        table = read_totals(graph.part("totals", file, UNIT_SUFFIX))
         buckets = table.column("bucket").to_numpy()
         values = np.stack([table.column(n).to_numpy() for n in ("units", "rows", "bytes")])
         small = buckets < FINE_BUCKETS

@@ -14,6 +14,7 @@ import threading
 import time
 from typing import TextIO
 
+from shardfeed.formats.unit_table import UNIT_SUFFIX
 from shardfeed.schemas.units import format_size
 
 
@@ -60,7 +61,7 @@ class WorkDirProgress:
             self.draw()
 
     def line(self) -> str:
-        scanned = _count(os.path.join(self.work, "units"), ".parquet")
+        scanned = _count(os.path.join(self.work, "units"), UNIT_SUFFIX)
         shards_dir = os.path.join(self.work, "shards")
         for name in _names(shards_dir, ".json"):
             if name not in self._seen:

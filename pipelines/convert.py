@@ -139,8 +139,7 @@ def write_planned_shard(
     inputs = shard_inputs_digest(number, ordered, source, spec, plan, config)
     reused = reusable_outcome(config.dst, config.sidecar(number, previous=True), inputs)
     if reused is not None:  # an interrupted run already wrote exactly this shard
-        state = {"inputs": inputs, "outcome": reused.to_state()}
-        atomic_write_bytes(sidecar, json.dumps(state, separators=(",", ":")).encode())
+        _write_sidecar(sidecar, inputs, reused)
         beam.metrics.Metrics.counter("shardfeed", "shards_reused").inc()
         return reused.record.rows
     table = source.read([u.ref for u in ordered], spec)
@@ -158,11 +157,15 @@ def write_planned_shard(
         source_episode_ids=[u.ref.position for u in ordered] if episodic else None,
     )
     outcome = add_videos(outcome, config.dst, source, [u.ref for u in ordered])  # MP4s, if any
-    state = {"inputs": inputs, "outcome": outcome.to_state()}
-    atomic_write_bytes(sidecar, json.dumps(state, separators=(",", ":")).encode())
+    _write_sidecar(sidecar, inputs, outcome)
     beam.metrics.Metrics.counter("shardfeed", "shards").inc()
     beam.metrics.Metrics.counter("shardfeed", "bytes").inc(outcome.record.bytes)
     return table.num_rows
+
+
+def _write_sidecar(path: str, inputs: str, outcome: ShardOutcome) -> None:
+    state = {"inputs": inputs, "outcome": outcome.to_state()}
+    atomic_write_bytes(path, json.dumps(state, separators=(",", ":")).encode())
 
 
 def shard_inputs_digest(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
@@ -25,6 +25,10 @@ from shardfeed.formats.storage import Location
 from shardfeed.schemas.errors import ShardfeedError
 
 INSTALL_HINT = "pip install 'shardfeed[video]'"
+
+
+class VideoUnreadable(ShardfeedError):
+    """A video file that cannot be read: missing, not a video, corrupt or truncated."""
 
 
 def require_av() -> Any:
@@ -54,6 +58,8 @@ class VideoProbe:
     keyframes: int
     starts_with_keyframe: bool
     has_audio: bool
+    #: codec parameters that must match for stream copy (see :func:`params_difference`)
+    params: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def feature_info(self) -> dict[str, Any]:
         """LeRobot's ``info`` entries of a video feature (``video.codec``, ``video.fps``, ...)."""
@@ -88,6 +94,19 @@ class Segment:
 
 
 @dataclass(frozen=True)
+class SegmentProbe:
+    """One segment's packets, from demuxing only (checked before anything is copied).
+
+    ``error`` says why its packets could not all be read (a corrupt or truncated file); ``frames``
+    and ``starts_with_keyframe`` then describe what was read before the error.
+    """
+
+    frames: int
+    starts_with_keyframe: bool
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class SegmentSpan:
     """Where one segment landed in the output: LeRobot's from/to timestamps, and its frame count."""
 
@@ -106,16 +125,19 @@ def probe(location: Location, path: str) -> VideoProbe:
         first_key = False
         start = end = None
         tick = _frame_ticks(stream)
-        for packet in container.demux(stream):
-            if packet.size == 0 or packet.pts is None:
-                continue
-            if frames == 0:
-                first_key = bool(packet.is_keyframe)
-            frames += 1
-            keyframes += bool(packet.is_keyframe)
-            stop = packet.pts + (packet.duration or tick)
-            start = packet.pts if start is None else min(start, packet.pts)
-            end = stop if end is None else max(end, stop)
+        try:
+            for packet in container.demux(stream):
+                if packet.size == 0 or packet.pts is None:
+                    continue
+                if frames == 0:
+                    first_key = bool(packet.is_keyframe)
+                frames += 1
+                keyframes += bool(packet.is_keyframe)
+                stop = packet.pts + (packet.duration or tick)
+                start = packet.pts if start is None else min(start, packet.pts)
+                end = stop if end is None else max(end, stop)
+        except av.FFmpegError as err:
+            raise VideoUnreadable(_unreadable(path, err)) from None
         duration = float((end - start) * stream.time_base) if frames else 0.0
         return VideoProbe(
             codec=params["codec"],
@@ -129,7 +151,48 @@ def probe(location: Location, path: str) -> VideoProbe:
             keyframes=keyframes,
             starts_with_keyframe=first_key,
             has_audio=bool(container.streams.audio),
+            params=params,
         )
+
+
+def probe_segments(
+    location: Location, path: str, ranges: Sequence[tuple[float | None, float | None]]
+) -> tuple[dict[str, Any], list[SegmentProbe]]:
+    """Codec parameters of ``path``'s first video stream, and each ``(start, end)`` range's packets.
+
+    A range selects packets exactly as :func:`concat_segments` will (None: the whole file), so its
+    ``frames`` is what a copy would hold. Nothing is decoded and the file is opened once for
+    ranges in ascending order. Raises :class:`VideoUnreadable` when the file cannot be opened or
+    holds no video stream; a range whose packets cannot be read gets an ``error`` instead.
+    """
+    av = require_av()
+    out: list[SegmentProbe | None] = [None] * len(ranges)
+    order = sorted(range(len(ranges)), key=lambda i: _range_key(ranges[i]))
+    params: dict[str, Any] = {}
+    pending = list(reversed(order))
+    while pending:  # one pass per open; reopen only to go back to the start of the file
+        with _open_input(av, location, path) as container:
+            stream = _video_stream(container, path)
+            params = _params(stream)
+            fresh = True
+            while pending:
+                i = pending[-1]
+                start, end = ranges[i]
+                if not fresh and (start is None or _seek_target(stream, start) <= 0):
+                    break  # needs the file's start again: reopen rather than seek to it
+                pending.pop()
+                segment = Segment(location, path, start, end)
+                frames, first_key, error = 0, False, None
+                try:
+                    for packet in _segment_packets(container, stream, segment, need_key=False):
+                        if frames == 0:
+                            first_key = bool(packet.is_keyframe)
+                        frames += 1
+                except av.FFmpegError as err:
+                    error = _unreadable(segment.describe(), err)
+                out[i] = SegmentProbe(frames, first_key, error)
+                fresh = False
+    return params, [p for p in out if p is not None]
 
 
 def concat_segments(segments: Sequence[Segment], out_path: str) -> list[SegmentSpan]:
@@ -160,7 +223,10 @@ def concat_segments(segments: Sequence[Segment], out_path: str) -> list[SegmentS
                         out_stream = _output_stream(output, stream)
                     else:
                         _check_same(reference, params, segment)
-                    packets = list(_segment_packets(container, stream, segment))
+                    try:
+                        packets = list(_segment_packets(container, stream, segment))
+                    except av.FFmpegError as err:
+                        raise VideoUnreadable(_unreadable(segment.describe(), err)) from None
                     if not packets:
                         raise ShardfeedError(
                             f"{segment.describe()}: no video frames in this range; "
@@ -203,6 +269,20 @@ def concat_segments(segments: Sequence[Segment], out_path: str) -> list[SegmentS
     return spans
 
 
+def params_difference(
+    reference: dict[str, Any], params: dict[str, Any]
+) -> tuple[str, str, str] | None:
+    """The first codec parameter in which ``params`` differs from ``reference``, as ``(name, got,
+    want)`` text; None when packets of both can share one output stream."""
+    for key, want in reference.items():
+        got = params.get(key)
+        if got != want:
+            if key == "extradata":
+                return key, f"{len(got or b'')} bytes (different)", f"{len(want)} bytes"
+            return key, str(got), str(want)
+    return None
+
+
 # ---- internals ----------------------------------------------------------------------------
 
 
@@ -212,24 +292,28 @@ def _open_input(av: Any, location: Location, path: str) -> Iterator[Any]:
     try:
         handle = location.open_input(path, "video file")
     except FileNotFoundError:
-        raise ShardfeedError(
+        raise VideoUnreadable(
             f"{path}: MP4 file not found; pass --drop-videos to convert without the video features"
         ) from None
     with handle:
         try:
             container = av.open(handle, "r")
         except av.FFmpegError as err:
-            raise ShardfeedError(
-                f"{path}: not a readable video file ({err}); pass --drop-videos to convert "
-                "without the video features"
-            ) from None
+            raise VideoUnreadable(_unreadable(path, err)) from None
         with container:
             yield container
 
 
+def _unreadable(where: str, err: Exception) -> str:
+    return (
+        f"{where}: not a readable video file ({err}); pass --drop-videos to convert without "
+        "the video features"
+    )
+
+
 def _video_stream(container: Any, path: str) -> Any:
     if not container.streams.video:
-        raise ShardfeedError(f"{path}: holds no video stream")
+        raise VideoUnreadable(f"{path}: holds no video stream")
     return container.streams.video[0]
 
 
@@ -248,19 +332,14 @@ def _params(stream: Any) -> dict[str, Any]:
 
 
 def _check_same(reference: dict[str, Any], params: dict[str, Any], segment: Segment) -> None:
-    for key, want in reference.items():
-        got = params[key]
-        if got != want:
-            shown = (
-                (f"{len(want)} bytes", f"{len(got)} bytes (different)")
-                if key == "extradata"
-                else (want, got)
-            )
-            raise ShardfeedError(
-                f"{segment.describe()}: {key} is {shown[1]} but the first video of this file has "
-                f"{shown[0]}; videos with different codec parameters cannot be stream-copied into "
-                "one file (pass --drop-videos to convert without the video features)"
-            )
+    difference = params_difference(reference, params)
+    if difference is not None:
+        key, got, want = difference
+        raise ShardfeedError(
+            f"{segment.describe()}: {key} is {got} but the first video of this file has "
+            f"{want}; videos with different codec parameters cannot be stream-copied into "
+            "one file (pass --drop-videos to convert without the video features)"
+        )
 
 
 def _rate(stream: Any) -> Fraction | None:
@@ -279,12 +358,25 @@ def _frame_ticks(stream: Any) -> int:
     return max(1, round(1 / (rate * Fraction(stream.time_base))))
 
 
-def _segment_packets(container: Any, stream: Any, segment: Segment) -> Iterator[Any]:
-    """The segment's packets in decode order; the first must be a keyframe."""
-    time_base = Fraction(stream.time_base)
-    half = _frame_ticks(stream) // 2
-    lo = None if segment.start is None else round(Fraction(segment.start) / time_base) - half
-    hi = None if segment.end is None else round(Fraction(segment.end) / time_base) - half
+def _seek_target(stream: Any, seconds: float) -> int:
+    """The first tick of a range starting at ``seconds`` (half a frame early, for rounding)."""
+    return round(Fraction(seconds) / Fraction(stream.time_base)) - _frame_ticks(stream) // 2
+
+
+def _range_key(bounds: tuple[float | None, float | None]) -> tuple[float, float]:
+    start, end = bounds
+    return (
+        float("-inf") if start is None else start,
+        float("inf") if end is None else end,
+    )
+
+
+def _segment_packets(
+    container: Any, stream: Any, segment: Segment, *, need_key: bool = True
+) -> Iterator[Any]:
+    """The segment's packets in decode order; with ``need_key`` the first must be a keyframe."""
+    lo = None if segment.start is None else _seek_target(stream, segment.start)
+    hi = None if segment.end is None else _seek_target(stream, segment.end)
     if lo is not None and lo > 0:
         container.seek(lo, stream=stream, backward=True, any_frame=False)
     first = True
@@ -295,7 +387,7 @@ def _segment_packets(container: Any, stream: Any, segment: Segment) -> Iterator[
             break  # dts <= pts, so every later packet is past the end too
         if (lo is not None and packet.pts < lo) or (hi is not None and packet.pts >= hi):
             continue
-        if first and not packet.is_keyframe:
+        if first and need_key and not packet.is_keyframe:
             raise ShardfeedError(
                 f"{segment.describe()}: the segment does not start on a keyframe, so it cannot be "
                 "stream-copied without re-encoding; pass --drop-videos to convert without the "

@@ -28,6 +28,10 @@ REASONS = {
     "decompression_bomb": "a compressed input expands beyond the bound",
     "path_escape": "a path or symlink leads outside the source root",
     "episode_inconsistent": "episode metadata disagrees with its rows",
+    "video_corrupt": "an episode's video file cannot be read (missing, corrupt, truncated, no video)",
+    "video_mismatch": "an episode's video holds a different number of frames than it has rows",
+    "video_incompatible": "an episode's video cannot be stream-copied (not starting on a keyframe, "
+    "or codec parameters that differ from the reference video of its feature)",
     "io_error": "the input could not be read",
 }
 

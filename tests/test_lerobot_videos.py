@@ -204,7 +204,9 @@ def check_frames(dst: Path, source_frames: dict[int, list[np.ndarray]], key: str
                 np.testing.assert_array_equal(frame_at(frames, start + ts), expected[k])
 
 
-def source_frames_v21(src: Path) -> dict[int, list[np.ndarray]]:
+def source_frames_v21(
+    src: Path, episodes: tuple[int, ...] = tuple(LENGTHS)
+) -> dict[int, list[np.ndarray]]:
     return {
         ep: [
             pixels
@@ -212,7 +214,7 @@ def source_frames_v21(src: Path) -> dict[int, list[np.ndarray]]:
                 src / V21_VIDEO.format(episode_chunk=0, video_key=CAM, episode_index=ep)
             )
         ]
-        for ep in LENGTHS
+        for ep in episodes
     }
 
 
@@ -353,14 +355,108 @@ def test_missing_mp4_is_a_clear_error_and_drop_videos_still_works(tmp_path, v21,
     assert verify_dataset(dst).ok
 
 
-def test_an_mp4_with_the_wrong_frame_count_fails_the_run(tmp_path, v21, capsys):
+def rejects_json(dst: Path, capsys) -> dict:
+    capsys.readouterr()
+    assert main(["rejects", "--json", str(dst)]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_an_mp4_with_the_wrong_frame_count_rejects_its_episode(tmp_path, v21, capsys):
     video = v21 / V21_VIDEO.format(episode_chunk=0, video_key=CAM, episode_index=2)
     encode(video, [frame_pixels(2, i) for i in range(LENGTHS[2] + 2)])
+    # 1 of 5 episodes is over the default --max-reject-fraction: nothing is published
     dst = tmp_path / "out"
     assert main(["convert", str(v21), str(dst)]) == 1
     err = capsys.readouterr().err
-    assert "episode_000002.mp4 holds 6 frames" in err and "episode 2 has 4 rows" in err
+    assert "1 of 5 records rejected" in err and "nothing was published" in err
+    assert "video_mismatch" in err and "Traceback" not in err
     assert not (dst / "meta/shardfeed/manifest.json").exists()
+    assert not (dst / "meta/shardfeed/rejects").exists()
+
+    args = ["--target-shard-size", "150B", "--max-reject-fraction", "0.5", "--json"]
+    assert main(["convert", str(v21), str(dst), *args]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["rejects"] == {"total": 1, "by_reason": {"video_mismatch": 1}}
+    assert summary["samples_out"] == sum(n for ep, n in LENGTHS.items() if ep != 2)
+    [reject] = rejects_json(dst, capsys)["rejects"]
+    assert reject["source"] == V21_DATA.format(episode_chunk=0, episode_index=2)
+    assert (reject["position"], reject["reason"]) == ("episode:2", "video_mismatch")
+    assert "episode_000002.mp4 holds 6 frames" in reject["message"]
+    assert "episode 2 has 4 rows" in reject["message"]
+    assert sorted(e["source_episode_index"] for e in episodes_meta(dst)) == [0, 1, 3, 4]
+    check_frames(dst, source_frames_v21(v21))
+    assert verify_dataset(dst).ok
+
+
+def test_a_corrupt_mp4_and_an_incompatible_mp4_reject_their_episodes(tmp_path, v21, capsys):
+    """Episode 0's MP4 is random bytes (so episode 1's is the reference); episode 3's is twice as
+    wide, so its packets cannot share a stream with the others'."""
+    junk = v21 / V21_VIDEO.format(episode_chunk=0, video_key=CAM, episode_index=0)
+    junk.write_bytes(np.random.default_rng(0).bytes(4096))
+    wide = v21 / V21_VIDEO.format(episode_chunk=0, video_key=CAM, episode_index=3)
+    encode(wide, [np.tile(frame_pixels(3, i), (1, 2, 1)) for i in range(LENGTHS[3])])
+    dst = tmp_path / "out"
+    args = ["--target-shard-size", "150B", "--max-reject-fraction", "0.5", "--json"]
+    assert main(["convert", str(v21), str(dst), *args]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["rejects"] == {
+        "total": 2,
+        "by_reason": {"video_corrupt": 1, "video_incompatible": 1},
+    }
+    listing = rejects_json(dst, capsys)
+    by_position = {r["position"]: r for r in listing["rejects"]}
+    assert set(by_position) == {"episode:0", "episode:3"}
+    corrupt, incompatible = by_position["episode:0"], by_position["episode:3"]
+    assert corrupt["source"] == V21_DATA.format(episode_chunk=0, episode_index=0)
+    assert corrupt["reason"] == "video_corrupt"
+    assert "episode_000000.mp4: not a readable video file" in corrupt["message"]
+    assert incompatible["source"] == V21_DATA.format(episode_chunk=0, episode_index=3)
+    assert incompatible["reason"] == "video_incompatible"
+    assert "episode_000003.mp4: width is 64 but" in incompatible["message"]
+    assert "episode_000001.mp4, the reference video" in incompatible["message"]
+    assert sorted(e["source_episode_index"] for e in episodes_meta(dst)) == [1, 2, 4]
+    frames = source_frames_v21(v21, episodes=(1, 2, 4))
+    check_frames(dst, frames)
+    info = json.loads((dst / "meta/info.json").read_text())
+    assert info["features"][CAM]["info"]["video.width"] == 32
+    assert verify_dataset(dst).ok
+
+
+def test_a_v30_range_that_does_not_start_on_a_keyframe_rejects_its_episode(tmp_path, v21, capsys):
+    """Re-sharding a v3.0 dataset whose metadata moves one episode's range by a frame: the same
+    frame count, but it no longer starts on a keyframe, so it cannot be stream-copied."""
+    middle = tmp_path / "v30"
+    assert main(["convert", str(v21), str(middle), "--target-shard-size", "400B"]) == 0
+    episodes = middle / "meta/episodes/chunk-000/file-000.parquet"
+    table = pq.read_table(episodes)
+    rows = table.to_pylist()
+
+    def moved_start_is_not_a_keyframe(row: dict) -> bool:
+        """Whether the frame after the row's first is not a keyframe, and not past the file's end."""
+        with av.open(str(video_file(middle, CAM, row))) as container:
+            stream = container.streams.video[0]
+            keys = {p.pts: p.is_keyframe for p in container.demux(stream) if p.size}
+        start = round((row[f"videos/{CAM}/from_timestamp"] + 1 / FPS) / stream.time_base)
+        end = round(row[f"videos/{CAM}/to_timestamp"] / stream.time_base)
+        return keys.get(start) is False and end in keys
+
+    victim = next(i for i, row in enumerate(rows) if moved_start_is_not_a_keyframe(row))
+    for name in ("from_timestamp", "to_timestamp"):
+        column = table.column(f"videos/{CAM}/{name}").to_pylist()
+        column[victim] += 1 / FPS
+        index = table.column_names.index(f"videos/{CAM}/{name}")
+        table = table.set_column(index, f"videos/{CAM}/{name}", pa.array(column, pa.float64()))
+    pq.write_table(table, episodes)
+    capsys.readouterr()
+    final = tmp_path / "final"
+    args = ["--max-reject-fraction", "0.5", "--json"]
+    assert main(["convert", str(middle), str(final), *args]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["rejects"] == {"total": 1, "by_reason": {"video_incompatible": 1}}
+    [reject] = rejects_json(final, capsys)["rejects"]
+    assert reject["position"] == f"episode:{rows[victim]['episode_index']}"
+    assert "does not start on a keyframe" in reject["message"]
+    assert verify_dataset(final).ok
 
 
 def test_source_keeps_video_features_and_refreshes_their_info(v21):
@@ -368,8 +464,12 @@ def test_source_keeps_video_features_and_refreshes_their_info(v21):
     assert CAM in source.spec() and source.dropped_videos == []
     assert source.spec()[CAM].extra["info"]["video.codec"] == "mpeg4"
     assert source.spec()[CAM].extra["info"]["video.is_depth_map"] is False  # kept from info.json
+    # an unreadable first MP4 is skipped (scan rejects its episode): the next one is the reference
     (v21 / V21_VIDEO.format(episode_chunk=0, video_key=CAM, episode_index=0)).write_bytes(b"junk")
-    with pytest.raises(ShardfeedError, match="not a readable video file"):
+    assert LeRobotSource(v21).spec()[CAM].extra["info"]["video.codec"] == "mpeg4"
+    for ep in LENGTHS:
+        (v21 / V21_VIDEO.format(episode_chunk=0, video_key=CAM, episode_index=ep)).write_bytes(b"x")
+    with pytest.raises(ShardfeedError, match=r"no MP4 of video feature .* is readable"):
         LeRobotSource(v21)
 
 

@@ -15,7 +15,15 @@ pytest.importorskip("av")
 import av
 
 from shardfeed.formats.storage import locate
-from shardfeed.formats.video import Segment, concat_segments, probe
+from shardfeed.formats.video import (
+    Segment,
+    SegmentProbe,
+    VideoUnreadable,
+    concat_segments,
+    params_difference,
+    probe,
+    probe_segments,
+)
 from shardfeed.schemas.errors import ShardfeedError
 
 FPS = 10
@@ -196,6 +204,63 @@ def test_missing_and_unreadable_inputs_are_clear_errors(tmp_path, episodes):
         probe(root, "src/junk.mp4")
     with pytest.raises(ShardfeedError, match="no video frames in this range"):
         concat_segments([Segment(root, "src/episode_0.mp4", 5.0, 6.0)], str(tmp_path / "o.mp4"))
+
+
+def test_probe_segments_counts_each_range_as_concat_would_cut_it(tmp_path):
+    """Ranges of a shared file, in any order, in one open (plus a reopen to go back to the start):
+    the packet count concat_segments would copy and whether the range starts on a keyframe."""
+    lengths = [6, 4, 5]
+    starts = np.cumsum([0, *lengths])
+    frames = [frame_pixels(ep, i) for ep, n in enumerate(lengths) for i in range(n)]
+    encode(tmp_path / "shared.mp4", frames, keyframes={int(s) for s in starts[:-1]})
+    root = locate(tmp_path)
+    ranges = [(starts[e] / FPS, starts[e + 1] / FPS) for e in range(3)]
+    asked = [ranges[2], ranges[0], (0.2, 0.6), ranges[1], (None, None), (2.0, 3.0)]
+    params, probes = probe_segments(root, "shared.mp4", asked)
+    assert probes == [
+        SegmentProbe(5, True),
+        SegmentProbe(6, True),
+        SegmentProbe(4, False),  # frame 2 is not a keyframe
+        SegmentProbe(4, True),
+        SegmentProbe(15, True),
+        SegmentProbe(0, False),  # past the end: no frames
+    ]
+    assert params == probe(root, "shared.mp4").params
+    assert params["codec"] == "mpeg4" and params["time_base"] == str(Fraction(1, 10240))
+    spans = concat_segments(
+        [Segment(root, "shared.mp4", *ranges[e]) for e in (2, 0, 1)], str(tmp_path / "o.mp4")
+    )
+    assert [s.frames for s in spans] == [5, 6, 4]
+
+
+def test_params_difference_names_the_first_differing_parameter(tmp_path, episodes):
+    encode(tmp_path / "src/big.mp4", [frame_pixels(9, i, height=32) for i in range(3)])
+    root = locate(tmp_path)
+    reference = probe(root, "src/episode_0.mp4").params
+    assert params_difference(reference, probe(root, "src/episode_1.mp4").params) is None
+    big = probe(root, "src/big.mp4").params
+    assert params_difference(reference, big) == ("height", "32", "16")
+    other = {**reference, "extradata": b"x"}
+    assert params_difference(reference, other) == (
+        "extradata",
+        "1 bytes (different)",
+        f"{len(reference['extradata'])} bytes",
+    )
+
+
+def test_unreadable_files_raise_video_unreadable(tmp_path, episodes):
+    root = locate(tmp_path)
+    (tmp_path / "src/random.mp4").write_bytes(np.random.default_rng(1).bytes(2048))
+    for path in ("src/random.mp4", "src/nope.mp4"):
+        with pytest.raises(VideoUnreadable, match=path.replace(".", r"\.")):
+            probe_segments(root, path, [(None, None)])
+        with pytest.raises(VideoUnreadable):
+            probe(root, path)
+    # a file cut in half: its moov box (at the end, as FFmpeg writes it) is gone
+    whole = episodes[1].read_bytes()
+    (tmp_path / "src/cut.mp4").write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(VideoUnreadable, match=r"src/cut\.mp4: "):
+        probe_segments(root, "src/cut.mp4", [(None, None)])
 
 
 def test_without_pyav_the_error_says_what_to_install(tmp_path, episodes, monkeypatch):

@@ -14,7 +14,10 @@ present, the feature is kept and ``write_videos`` re-muxes each shard's episodes
 one MP4 per (video key, shard) at ``videos/{key}/chunk-{c:03d}/file-{f:03d}.mp4`` by stream copy
 (:mod:`shardfeed.formats.video`; needs ``shardfeed[video]``), returning LeRobot v3.0's per-episode
 ``from_timestamp``/``to_timestamp``. v2.1 sources give one MP4 per episode; v3.0 sources give each
-episode's time range inside a shared MP4 (re-sharding). A video feature whose MP4s are all absent is
+episode's time range inside a shared MP4 (re-sharding). ``scan`` demuxes (never decodes) each episode's
+segment and rejects the episode when its MP4 is unreadable, holds another number of frames than the
+episode has rows, does not start on a keyframe, or has codec parameters unlike the feature's reference
+MP4 (its first readable one in path order, which also refreshes the feature's ``info``). A video feature whose MP4s are all absent is
 dropped with a note; ``drop_videos=True`` (``--drop-videos``) drops every video feature with a note;
 a feature with only some of its MP4s is a clean :class:`ShardfeedError` at construction that names a
 missing file.
@@ -155,6 +158,8 @@ class LeRobotSource:
             )
         self.video_keys: list[str] = [f.name for f in self.features if f.dtype == "video"]
         self.dropped_videos: list[str] = []
+        #: video key -> (path, codec parameters) of the MP4 every episode's video must match
+        self._video_reference: dict[str, tuple[str, dict[str, Any]]] = {}
         self._settle_videos()
         self._video_files = {}  # only needed to settle the videos; keeps pickles small
         self._video_segments = {
@@ -368,8 +373,7 @@ class LeRobotSource:
                     f"and to_timestamp for episode {untimed[0]}, so its frames cannot be found "
                     "in the MP4; pass --drop-videos to convert without the video features"
                 )
-        first = min(seg.path for seg in segments.values())
-        probed = video.probe(self.location, first)
+        probed = self._reference_video(key)
         feature = self.features[key]
         info = dict(feature.extra.get("info") or {})
         info.update(probed.feature_info())
@@ -380,6 +384,24 @@ class LeRobotSource:
                 Feature(f.name, f.dtype, f.shape, f.names, extra) if f.name == key else f
                 for f in self.features
             )
+        )
+
+    def _reference_video(self, key: str) -> video.VideoProbe:
+        """The probe of ``key``'s first readable MP4 in path order: the feature's ``info`` and the
+        codec parameters every episode must match (scan rejects the others). Path order makes the
+        choice the same on every worker; unreadable files are skipped (scan rejects their episodes).
+        """
+        first_error: video.VideoUnreadable | None = None
+        for path in sorted({seg.path for seg in self._video_segments[key].values()}):
+            try:
+                probed = video.probe(self.location, path)
+            except video.VideoUnreadable as err:
+                first_error = first_error or err
+                continue
+            self._video_reference[key] = (path, probed.params)
+            return probed
+        raise ShardfeedError(
+            f"{self.root}: no MP4 of video feature {key!r} is readable: {first_error}"
         )
 
     def _drop_missing(self, key: str, count: int, example: str | None = None) -> None:
@@ -463,7 +485,8 @@ class LeRobotSource:
         disagree with episode metadata, an episode missing from metadata or from the data, rows of
         one episode not contiguous), ``field_missing``/``field_type`` (a spec column absent, or not
         castable to the spec's type, e.g. a list whose length is not the declared shape),
-        ``path_escape`` and ``io_error`` for whole files.
+        ``path_escape`` and ``io_error`` for whole files, and for each kept video feature
+        ``video_corrupt``/``video_mismatch``/``video_incompatible`` (see :meth:`_video_problems`).
         """
         result = ScanResult()
         expected = self._by_file.get(file, [])
@@ -551,6 +574,15 @@ class LeRobotSource:
                     locator=(start, stop),
                 )
             )
+        if self._video_segments and result.units:
+            problems = self._video_problems(result.units)
+            for ref in result.units:
+                if ref.position in problems:
+                    reason, message = problems[ref.position]
+                    result.rejects.append(
+                        RejectRecord(file, f"episode:{ref.position}", reason, message)
+                    )
+            result.units = [ref for ref in result.units if ref.position not in problems]
         for n in expected:
             if n not in seen:
                 length = self.episodes[n].length
@@ -564,6 +596,78 @@ class LeRobotSource:
                     )
                 )
         return result
+
+    def _video_problems(self, refs: Sequence[UnitRef]) -> dict[int, tuple[str, str]]:
+        """episode -> ``(reason, message)`` for the episodes of ``refs`` whose videos would not
+        re-mux: unreadable (``video_corrupt``), another frame count than rows (``video_mismatch``),
+        or not stream-copyable (``video_incompatible``: no keyframe start, or codec parameters
+        unlike the feature's reference MP4). Demuxes packets only, each MP4 opened once.
+        """
+        found: dict[int, list[tuple[str, str]]] = {}
+        for key, segments in self._video_segments.items():
+            reference_path, reference = self._video_reference[key]
+            by_path: dict[str, list[tuple[UnitRef, VideoSegment]]] = {}
+            for ref in refs:
+                seg = segments.get(ref.position)
+                if seg is None:
+                    found.setdefault(ref.position, []).append(
+                        ("video_corrupt", f"no video of {key!r} is known for the episode")
+                    )
+                    continue
+                by_path.setdefault(seg.path, []).append((ref, seg))
+            for path, members in sorted(by_path.items()):
+                try:
+                    params, probes = video.probe_segments(
+                        self.location, path, [(seg.start, seg.end) for _, seg in members]
+                    )
+                except UnsafePathError as err:
+                    for ref, _ in members:
+                        found.setdefault(ref.position, []).append(("path_escape", err.message))
+                    continue
+                except (video.VideoUnreadable, OSError) as err:
+                    reason = (
+                        "video_corrupt" if isinstance(err, video.VideoUnreadable) else "io_error"
+                    )
+                    for ref, _ in members:
+                        found.setdefault(ref.position, []).append((reason, f"{key!r}: {err}"))
+                    continue
+                difference = video.params_difference(reference, params)
+                for (ref, seg), probed in zip(members, probes, strict=True):
+                    where = video.Segment(self.location, seg.path, seg.start, seg.end).describe()
+                    problems = found.setdefault(ref.position, [])
+                    if probed.error:
+                        problems.append(("video_corrupt", f"{key!r}: {probed.error}"))
+                    elif probed.frames != ref.rows:
+                        problems.append(
+                            (
+                                "video_mismatch",
+                                f"{where} holds {probed.frames} frames of {key!r} but episode "
+                                f"{ref.position} has {ref.rows} rows",
+                            )
+                        )
+                    elif difference is not None:
+                        name, got, want = difference
+                        problems.append(
+                            (
+                                "video_incompatible",
+                                f"{where}: {name} is {got} but {reference_path}, the reference "
+                                f"video of {key!r}, has {want}; it cannot be stream-copied with "
+                                "the other episodes",
+                            )
+                        )
+                    elif not probed.starts_with_keyframe:
+                        problems.append(
+                            (
+                                "video_incompatible",
+                                f"{where}: the episode's video of {key!r} does not start on a "
+                                "keyframe, so it cannot be stream-copied without re-encoding",
+                            )
+                        )
+        return {
+            n: (problems[0][0], "; ".join(message for _, message in problems))
+            for n, problems in found.items()
+            if problems
+        }
 
     def _episode_problem(
         self, n: int, file: str, table: pa.Table, start: int, stop: int
@@ -684,8 +788,10 @@ class LeRobotSource:
 
         Writes ``videos/{key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4`` under local
         ``root`` by stream copy; returns, per ref, video key -> :class:`EpisodeVideo`, and the
-        FileRecords of the files written. Raises :class:`ShardfeedError` when an episode's video
-        does not hold exactly its frames, or cannot be stream-copied.
+        FileRecords of the files written. ``scan`` already rejected episodes whose videos would
+        fail; these checks are the last line of defence (an MP4 that changed since the scan) and
+        raise :class:`ShardfeedError` when an episode's video does not hold exactly its frames, or
+        cannot be stream-copied.
         """
         per_episode: list[dict[str, EpisodeVideo]] = [{} for _ in refs]
         files: list[FileRecord] = []

@@ -6,6 +6,7 @@ to plan; the write stage reads unit tables back. Locators are stored as JSON tex
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Sequence
@@ -65,6 +66,13 @@ class KeyedUnit:
     def from_tuple(cls, values: Sequence) -> KeyedUnit:
         key, bucket, file, position, rows, payload, digest, locator = values
         return cls(key, bucket, UnitRef(file, position, rows, payload, digest, tuple(locator)))
+
+
+def work_part(work: str, kind: str, source_file: str, suffix: str) -> str:
+    """Work path of one source file's part (``units``, ``totals``, ``rejects``, ``infer``), named
+    by the blake2b-96 digest of its root-relative path, as reject files are."""
+    name = hashlib.blake2b(source_file.encode(), digest_size=12).hexdigest()
+    return os.path.join(work, kind, name + suffix)
 
 
 def write_units(path: str, units: Sequence[KeyedUnit]) -> None:

@@ -1,10 +1,13 @@
-"""The conversion graphs. Payload bytes never cross a Beam shuffle, and no stage needs a side input,
+"""The conversion graph. Payload bytes never cross a Beam shuffle, and no stage needs a side input,
 so every runner (in-process, Dask, Flink, ...) sees the same plain Map/GroupByKey graph.
 
+``ConvertFiles`` is one pipeline of three steps:
+
 1. ``ScanFiles``: source file -> its unit table, bucket totals and rejects, written under the work dir.
-2. The driver reads the small totals and plans shards (``shardfeed.planning.shard_plan``).
-3. ``WriteShards``: unit table -> (shard, unit) -> GroupByKey -> each shard writer reads its own units
-   from the source, writes the shard and a JSON sidecar. The driver publishes from the sidecars.
+2. ``PlanShards``: every scanned file meets in one GroupByKey; ``plan_stage.plan_files`` plans shards
+   from the small totals (``shardfeed.planning.shard_plan``) and saves the plan under the work dir.
+3. ``WriteShards``: unit table -> (shard, units) -> GroupByKey -> each shard writer reads its own
+   units from the source, writes the shard and a JSON sidecar. The driver publishes from the sidecars.
 """
 
 from __future__ import annotations
@@ -28,9 +31,11 @@ from shardfeed.formats.unit_table import (
     UNIT_SUFFIX,
     KeyedUnit,
     read_unit_tuples,
+    work_part,
     write_totals,
     write_units,
 )
+from shardfeed.pipelines.plan_stage import PlanSettings, load_plan, plan_files
 from shardfeed.planning.shard_plan import ContiguousPlan, ShardPlan, bucket_of
 from shardfeed.schemas.errors import ShardfeedError
 from shardfeed.schemas.features import FeatureSpec
@@ -60,8 +65,7 @@ class GraphConfig:
 
     def part(self, kind: str, source_file: str, suffix: str) -> str:
         """Work path of one source file's part (units, totals, rejects), named by a stable hash."""
-        name = hashlib.blake2b(source_file.encode(), digest_size=12).hexdigest()
-        return os.path.join(self.work, kind, name + suffix)
+        return work_part(self.work, kind, source_file, suffix)
 
 
 def infer_file(file: str, source: SourceReader, config: GraphConfig) -> str:
@@ -102,12 +106,13 @@ def scan_file(file: str, source: SourceReader, spec: FeatureSpec, config: GraphC
     return file
 
 
-def keyed_by_shard(file: str, plan: Plan, config: GraphConfig) -> Iterable[tuple[int, list[tuple]]]:
+def keyed_by_shard(file: str, config: GraphConfig) -> Iterable[tuple[int, list[tuple]]]:
     """source file -> (shard, its units bound for that shard as ``KeyedUnit.to_tuple()``s).
 
     One element per (file, shard) rather than per unit: the shuffle then moves a few hundred
     lists instead of a pickled element per sample.
     """
+    plan = load_plan(config.work)
     units = read_unit_tuples(config.part("units", file, UNIT_SUFFIX))
     if isinstance(plan, ContiguousPlan):
         sizes = np.array([u[_PAYLOAD] for u in units], dtype=np.int64)
@@ -124,11 +129,11 @@ def write_planned_shard(
     item: tuple[int, Iterable[list[tuple]]],
     source: SourceReader,
     spec: FeatureSpec,
-    plan: Plan,
     config: GraphConfig,
 ) -> int:
     """(shard number, units) -> the shard file under DST plus its JSON sidecar; returns rows."""
     number, parts = item
+    plan = load_plan(config.work)
     units = [KeyedUnit.from_tuple(unit) for part in parts for unit in part]
     # shuffled: by stable key; source order: files() is sorted, so (file, position) is source order
     shuffled = isinstance(plan, ShardPlan)
@@ -279,25 +284,63 @@ class ScanFiles(beam.PTransform):
         )
 
 
-class WriteShards(beam.PTransform):
-    """file paths -> rows written per shard: each shard is written from its own unit references."""
+class PlanShards(beam.PTransform):
+    """scanned file paths -> the same paths once the plan is saved (none above the reject limit)."""
 
-    def __init__(
-        self, source: SourceReader, spec: FeatureSpec, plan: Plan, config: GraphConfig
-    ) -> None:
+    def __init__(self, config: GraphConfig, settings: PlanSettings) -> None:
         super().__init__()
-        self.source, self.spec, self.plan, self.config = source, spec, plan, config
+        self.config, self.settings = config, settings
 
     def expand(self, files: beam.PCollection) -> beam.PCollection:
         return (
             files
-            # (shard, [KeyedUnit]) per source file: small references only
-            | "KeyByShard" >> beam.FlatMap(keyed_by_shard, self.plan, self.config)
-            | "GroupByShard" >> beam.GroupByKey()
-            # (shard, [[KeyedUnit], ...]) -> rows written
-            | "WriteShard"
-            >> beam.Map(write_planned_shard, self.source, self.spec, self.plan, self.config)
+            | "OneKey" >> beam.Map(_under_one_key)
+            # (0, [every scanned file]): waits for the whole scan
+            | "AllScanned" >> beam.GroupByKey()
+            | "Plan" >> beam.FlatMap(plan_files, self.config.work, self.settings)
         )
+
+
+class WriteShards(beam.PTransform):
+    """file paths -> rows written per shard: each shard is written from its own unit references,
+    following the plan saved under the work dir."""
+
+    def __init__(self, source: SourceReader, spec: FeatureSpec, config: GraphConfig) -> None:
+        super().__init__()
+        self.source, self.spec, self.config = source, spec, config
+
+    def expand(self, files: beam.PCollection) -> beam.PCollection:
+        return (
+            files
+            | "Spread" >> beam.Reshuffle()
+            # (shard, [unit tuple]) per source file: small references only
+            | "KeyByShard" >> beam.FlatMap(keyed_by_shard, self.config)
+            | "GroupByShard" >> beam.GroupByKey()
+            # (shard, [[unit tuple], ...]) -> rows written
+            | "WriteShard" >> beam.Map(write_planned_shard, self.source, self.spec, self.config)
+        )
+
+
+class ConvertFiles(beam.PTransform):
+    """source file paths -> rows written per shard: scan, plan and write in one pipeline."""
+
+    def __init__(
+        self, source: SourceReader, spec: FeatureSpec, config: GraphConfig, settings: PlanSettings
+    ) -> None:
+        super().__init__()
+        self.source, self.spec, self.config, self.settings = source, spec, config, settings
+
+    def expand(self, files: beam.PCollection) -> beam.PCollection:
+        return (
+            files
+            | "ScanFiles" >> ScanFiles(self.source, self.spec, self.config)
+            | "PlanShards" >> PlanShards(self.config, self.settings)
+            | "WriteShards" >> WriteShards(self.source, self.spec, self.config)
+        )
+
+
+def _under_one_key(file: str) -> tuple[int, str]:
+    return 0, file
 
 
 def _position_key(position: str) -> tuple[str, int, str]:

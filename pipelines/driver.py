@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import apache_beam as beam
-import numpy as np
-import pyarrow.compute as pc
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 
@@ -26,28 +24,19 @@ from shardfeed.formats.publish import DatasetOptions, ShardOutcome, prepare_root
 from shardfeed.formats.rejects import REJECTS_DIR
 from shardfeed.formats.shard_writer import DEFAULT_ROW_GROUP_BYTES
 from shardfeed.formats.sources import SourceReader, detect_kind, open_source
-from shardfeed.formats.unit_table import UNIT_SUFFIX, read_totals, read_unit_sizes
 from shardfeed.pipelines.convert import (
     PREVIOUS,
     WORK_DIR,
+    ConvertFiles,
     GraphConfig,
     InferSchema,
-    ScanFiles,
-    WriteShards,
     read_inferred,
 )
+from shardfeed.pipelines.plan_stage import PlanSettings, read_plan_info
 from shardfeed.pipelines.progress import WorkDirProgress
 from shardfeed.pipelines.runners import make_runner
-from shardfeed.planning.shard_plan import (
-    FINE_BUCKETS,
-    BucketTotal,
-    plan_contiguous,
-    plan_shards,
-    totals_from_arrays,
-)
 from shardfeed.schemas.errors import ShardfeedError
 from shardfeed.schemas.manifest import MANIFEST_PATH, Rejects
-from shardfeed.schemas.rejects import RejectRecord
 from shardfeed.transforms.image_policy import ImagePolicy
 
 
@@ -166,54 +155,45 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
     spec = source.spec(inferred)
 
     progress = WorkDirProgress(graph.work, len(files), force=config.progress)
-    # 1. scan: every file's unit table, bucket totals and rejects land under the work dir
+    settings = PlanSettings(
+        config.target_shard_bytes, config.shuffle_seed is not None, config.max_reject_fraction
+    )
+    # one pipeline: scan every file, plan once from the small per-file totals, then each shard
+    # writer reads its own units (payloads never cross the shuffle)
+    pipeline_started = time.time()
     with progress:
         _run(
             pipeline_options,
             lambda p: (
                 p
                 | "ListFiles" >> beam.Create(files)
-                | "ScanFiles" >> ScanFiles(source, spec, graph)
+                | "Convert" >> ConvertFiles(source, spec, graph, settings)
             ),
         )
-    clock.mark("scan")
-    reject_names, reject_counts = _collect_rejects(graph.work)
-    rejected_units = sum(reject_counts.values())
-    # 2. plan on the driver from the small per-file totals
-    if config.shuffle_seed is None:
-        plan = plan_contiguous(
-            [(f, _file_bytes(graph, f)) for f in files],
-            lambda f: _unit_sizes(graph, f),
-            config.target_shard_bytes,
+    planned = read_plan_info(graph.work)
+    if planned is None:
+        raise ShardfeedError(
+            "the runner finished without planning any shard; nothing was published"
         )
-    else:
-        plan = plan_shards(_read_totals(graph, files), config.target_shard_bytes)
-    total_units = sum(plan.units) + rejected_units
-    if total_units and rejected_units / total_units > config.max_reject_fraction:
+    clock.split(
+        ("scan", planned.started - pipeline_started),
+        ("plan", planned.finished - planned.started),
+        ("write", time.time() - planned.finished),
+    )
+    reject_names, reject_counts = planned.reject_files, planned.reject_counts
+    rejected_units = planned.rejected_units
+    if planned.too_many_rejects:
+        total_units = planned.planned_units + rejected_units
         raise TooManyRejectsError(
             f"{rejected_units} of {total_units} records rejected ({rejected_units / total_units:.2%}) exceeds "
             f"--max-reject-fraction {config.max_reject_fraction:.2%}; nothing was published. "
-            f"Reasons: {dict(sorted(reject_counts.items()))}. Reject details are in {graph.work}/rejects/"
+            f"Reasons: {reject_counts}. Reject details are in {graph.work}/rejects/"
         )
-    clock.mark("plan")
-    # 3. write: each shard writer reads its own units; payloads never cross the shuffle
-    progress.total_shards = plan.num_shards
-    if plan.num_shards:
-        with progress:
-            _run(
-                pipeline_options,
-                lambda p: (
-                    p
-                    | "ListFiles" >> beam.Create(files)
-                    | "WriteShards" >> WriteShards(source, spec, plan, graph)
-                ),
-            )
     outcomes = _read_outcomes(graph.work)
-    if len(outcomes) != plan.num_shards:
+    if len(outcomes) != planned.num_shards:
         raise ShardfeedError(
-            f"the runner wrote {len(outcomes)} of {plan.num_shards} planned shards; nothing was published"
+            f"the runner wrote {len(outcomes)} of {planned.num_shards} planned shards; nothing was published"
         )
-    clock.mark("write")
     _remove_unplanned(dst, outcomes)
     extra = _move_rejects(dst, graph.work, reject_names)
     publish(
@@ -254,6 +234,12 @@ class _PhaseClock:
         self.phases[name] = now - self.last
         self.last = now
 
+    def split(self, *parts: tuple[str, float]) -> None:
+        """Phases that ran inside one pipeline, timed there; the clock moves to now."""
+        for name, seconds in parts:
+            self.phases[name] = max(0.0, seconds)
+        self.last = time.monotonic()
+
 
 def _run(options: PipelineOptions, build: Callable[[beam.Pipeline], object]) -> None:
     """Build and run one pipeline to completion; close a Dask client the runner opened."""
@@ -268,39 +254,6 @@ def _run(options: PipelineOptions, build: Callable[[beam.Pipeline], object]) -> 
             client.close()
     if state is not None and state != PipelineState.DONE:
         raise ShardfeedError(f"the Beam pipeline ended in state {state}; nothing was published")
-
-
-def _file_bytes(graph: GraphConfig, file: str) -> int:
-    return int(
-        pc.sum(read_totals(graph.part("totals", file, UNIT_SUFFIX)).column("bytes")).as_py() or 0
-    )
-
-
-def _unit_sizes(graph: GraphConfig, file: str) -> tuple[np.ndarray, np.ndarray]:
-    """(payload bytes, rows) of one file's units, in source order."""
-    return read_unit_sizes(graph.part("units", file, UNIT_SUFFIX))
-
-
-def _read_totals(graph: GraphConfig, files: Sequence[str]) -> list[BucketTotal]:
-    """Merge every file's bucket totals one file at a time into dense per-bucket arrays (plus a
-    dict for oversized units' own buckets): memory is bounded by the bucket count."""
-    dense = np.zeros((3, FINE_BUCKETS), dtype=np.int64)  # units, rows, bytes
-    big: dict[int, BucketTotal] = {}
-    for file in files:
-        table = read_totals(graph.part("totals", file, UNIT_SUFFIX))
-        buckets = table.column("bucket").to_numpy()
-        values = np.stack([table.column(n).to_numpy() for n in ("units", "rows", "bytes")])
-        small = buckets < FINE_BUCKETS
-        for k in range(3):
-            np.add.at(dense[k], buckets[small].astype(np.int64), values[k][small])
-        for b, u, r, n in zip(buckets[~small].tolist(), *values[:, ~small].tolist(), strict=True):
-            total = BucketTotal(b, u, r, n)
-            big[b] = big[b] + total if b in big else total
-    used = np.flatnonzero(dense[0])
-    return [
-        *totals_from_arrays(used, dense[0][used], dense[1][used], dense[2][used]),
-        *big.values(),
-    ]
 
 
 def _merge_inferred(source: SourceReader, graph: GraphConfig, files: Sequence[str]) -> Any:
@@ -357,22 +310,6 @@ def _read_outcomes(work: str) -> list[ShardOutcome]:
             with open(os.path.join(directory, name), encoding="utf-8") as handle:
                 outcomes.append(ShardOutcome.from_state(json.load(handle)["outcome"]))
     return outcomes
-
-
-def _collect_rejects(work: str) -> tuple[list[str], dict[str, int]]:
-    directory = os.path.join(work, "rejects")
-    names = (
-        sorted(n for n in os.listdir(directory) if n.endswith(".jsonl") and not n.startswith("."))
-        if os.path.isdir(directory)
-        else []
-    )
-    counts: dict[str, int] = {}
-    for name in names:
-        with open(os.path.join(directory, name), encoding="utf-8") as handle:
-            for line in handle:
-                reject = RejectRecord.from_json(json.loads(line))
-                counts[reject.reason] = counts.get(reject.reason, 0) + 1
-    return names, counts
 
 
 def _move_rejects(dst: str, work: str, names: list[str]):

@@ -15,6 +15,7 @@ import time
 from typing import TextIO
 
 from shardfeed.formats.unit_table import UNIT_SUFFIX
+from shardfeed.pipelines.plan_stage import read_plan_info
 from shardfeed.schemas.units import format_size
 
 
@@ -71,6 +72,9 @@ class WorkDirProgress:
                     self._seen[name] = (record["rows"], record["bytes"])
                 except (OSError, ValueError, KeyError):
                     continue  # being written; next time
+        if not self.total_shards:
+            planned = read_plan_info(self.work)  # written once the scan is over
+            self.total_shards = planned.num_shards if planned is not None else 0
         rows = sum(r for r, _ in self._seen.values())
         nbytes = sum(b for _, b in self._seen.values())
         elapsed = time.monotonic() - self._started

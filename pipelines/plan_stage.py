@@ -1,0 +1,211 @@
+"""The planning step inside the conversion graph, between the scan and the shard writers.
+
+Scan, plan and write run as **one** Beam pipeline: a runner that starts worker processes
+(``--direct_running_mode=multi_processing``, Dask) then starts them once, not once per stage
+(about 4 s per pipeline with two local workers). The plan still needs every file's scan, so the
+scanned file names meet in one ``GroupByKey`` and a single ``plan_files`` call plans from the small
+per-file totals under the work dir, exactly as a driver would. Its outputs are work files too:
+
+- ``plan.json``: the plan's kind, shard count, reject counts and timings, read by the driver and
+  the progress line;
+- ``plan.npz`` (shuffled: bucket -> shard arrays) or ``plan-contiguous.json`` (``--no-shuffle``),
+  loaded (once per process) by the shard writers; no pickles.
+
+Above ``max_reject_fraction`` nothing is planned: ``plan.json`` says so, no file reaches the writers,
+and the driver raises. Pure planning stays in :mod:`shardfeed.planning.shard_plan`.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import os
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow.compute as pc
+
+from shardfeed.formats.atomic import atomic_write_bytes
+from shardfeed.formats.unit_table import UNIT_SUFFIX, read_totals, read_unit_sizes, work_part
+from shardfeed.planning.shard_plan import (
+    FINE_BUCKETS,
+    BucketTotal,
+    ContiguousPlan,
+    ShardPlan,
+    plan_contiguous,
+    plan_shards,
+    totals_from_arrays,
+)
+from shardfeed.schemas.rejects import RejectRecord
+
+Plan = ShardPlan | ContiguousPlan
+PLAN_INFO = "plan.json"
+_SHUFFLED = "plan.npz"
+_CONTIGUOUS = "plan-contiguous.json"
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    target_shard_bytes: int
+    shuffled: bool
+    max_reject_fraction: float
+
+
+@dataclass(frozen=True)
+class PlanInfo:
+    """What ``plan.json`` says: enough for the driver to publish or to refuse."""
+
+    num_shards: int
+    planned_units: int
+    reject_counts: dict[str, int]
+    reject_files: list[str]
+    too_many_rejects: bool
+    started: float  # wall clock (time.time) when planning began, i.e. the scan had ended
+    finished: float
+
+    @property
+    def rejected_units(self) -> int:
+        return sum(self.reject_counts.values())
+
+
+def plan_files(item: tuple[Any, Iterable[str]], work: str, settings: PlanSettings) -> Iterable[str]:
+    """(key, every scanned file) -> the files to write, once the plan is saved under ``work``."""
+    started = time.time()
+    files = sorted(item[1])  # the same order as the driver's source.files()
+    reject_files, reject_counts = collect_rejects(work)
+    if settings.shuffled:
+        plan: Plan = plan_shards(read_bucket_totals(work, files), settings.target_shard_bytes)
+    else:
+        plan = plan_contiguous(
+            [(f, _file_bytes(work, f)) for f in files],
+            lambda f: read_unit_sizes(_part(work, "units", f)),
+            settings.target_shard_bytes,
+        )
+    rejected = sum(reject_counts.values())
+    total = sum(plan.units) + rejected
+    too_many = bool(total) and rejected / total > settings.max_reject_fraction
+    if not too_many:
+        _save_plan(work, plan)
+    info = PlanInfo(
+        num_shards=plan.num_shards,
+        planned_units=sum(plan.units),
+        reject_counts=reject_counts,
+        reject_files=reject_files,
+        too_many_rejects=too_many,
+        started=started,
+        finished=time.time(),
+    )
+    atomic_write_bytes(os.path.join(work, PLAN_INFO), json.dumps(info.__dict__).encode())
+    return [] if too_many or not plan.num_shards else files
+
+
+def read_plan_info(work: str) -> PlanInfo | None:
+    """``plan.json`` if the plan step ran, else None."""
+    try:
+        with open(os.path.join(work, PLAN_INFO), encoding="utf-8") as handle:
+            return PlanInfo(**json.load(handle))
+    except FileNotFoundError:
+        return None
+
+
+def load_plan(work: str) -> Plan:
+    """The saved plan, loaded once per process and work dir (the writers call this per element)."""
+    shuffled = os.path.join(work, _SHUFFLED)
+    stamp = os.stat(shuffled).st_mtime_ns if os.path.exists(shuffled) else None
+    return _load_plan(work, stamp)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_plan(work: str, shuffled_stamp: int | None) -> Plan:
+    if shuffled_stamp is not None:
+        with np.load(os.path.join(work, _SHUFFLED), allow_pickle=False) as arrays:
+            return ShardPlan(
+                dict(zip(arrays["buckets"].tolist(), arrays["shards"].tolist(), strict=True)),
+                tuple(arrays["rows"].tolist()),
+                tuple(arrays["units"].tolist()),
+                tuple(arrays["bytes"].tolist()),
+            )
+    with open(os.path.join(work, _CONTIGUOUS), encoding="utf-8") as handle:
+        state = json.load(handle)
+    return ContiguousPlan(
+        state["file_offsets"],
+        state["total_bytes"],
+        tuple(state["compact"]),
+        tuple(state["rows"]),
+        tuple(state["units"]),
+        tuple(state["bytes"]),
+    )
+
+
+def _save_plan(work: str, plan: Plan) -> None:
+    if isinstance(plan, ShardPlan):
+        buffer = io.BytesIO()
+        buckets = np.fromiter(plan.shard_of.keys(), dtype=np.uint64, count=len(plan.shard_of))
+        shards = np.fromiter(plan.shard_of.values(), dtype=np.int64, count=len(plan.shard_of))
+        np.savez(
+            buffer,
+            buckets=buckets,
+            shards=shards,
+            rows=np.asarray(plan.rows, dtype=np.int64),
+            units=np.asarray(plan.units, dtype=np.int64),
+            bytes=np.asarray(plan.bytes, dtype=np.int64),
+        )
+        atomic_write_bytes(os.path.join(work, _SHUFFLED), buffer.getvalue(), durable=False)
+        return
+    state = {
+        "file_offsets": plan.file_offsets,
+        "total_bytes": plan.total_bytes,
+        "compact": list(plan.compact),
+        "rows": list(plan.rows),
+        "units": list(plan.units),
+        "bytes": list(plan.bytes),
+    }
+    atomic_write_bytes(os.path.join(work, _CONTIGUOUS), json.dumps(state).encode(), durable=False)
+
+
+def read_bucket_totals(work: str, files: Sequence[str]) -> list[BucketTotal]:
+    """Merge every file's bucket totals one file at a time into dense per-bucket arrays (plus a
+    dict for oversized units' own buckets): memory is bounded by the bucket count."""
+    dense = np.zeros((3, FINE_BUCKETS), dtype=np.int64)  # units, rows, bytes
+    big: dict[int, BucketTotal] = {}
+    for file in files:
+        table = read_totals(_part(work, "totals", file))
+        buckets = table.column("bucket").to_numpy()
+        values = np.stack([table.column(n).to_numpy() for n in ("units", "rows", "bytes")])
+        small = buckets < FINE_BUCKETS
+        for k in range(3):
+            np.add.at(dense[k], buckets[small].astype(np.int64), values[k][small])
+        for b, u, r, n in zip(buckets[~small].tolist(), *values[:, ~small].tolist(), strict=True):
+            total = BucketTotal(b, u, r, n)
+            big[b] = big[b] + total if b in big else total
+    used = np.flatnonzero(dense[0])
+    return [*totals_from_arrays(used, *(row[used] for row in dense)), *big.values()]
+
+
+def collect_rejects(work: str) -> tuple[list[str], dict[str, int]]:
+    """The scan's reject parts (names, sorted) and their counts by reason."""
+    directory = os.path.join(work, "rejects")
+    names = (
+        sorted(n for n in os.listdir(directory) if n.endswith(".jsonl") and not n.startswith("."))
+        if os.path.isdir(directory)
+        else []
+    )
+    counts: dict[str, int] = {}
+    for name in names:
+        with open(os.path.join(directory, name), encoding="utf-8") as handle:
+            for line in handle:
+                reject = RejectRecord.from_json(json.loads(line))
+                counts[reject.reason] = counts.get(reject.reason, 0) + 1
+    return names, dict(sorted(counts.items()))
+
+
+def _file_bytes(work: str, file: str) -> int:
+    return int(pc.sum(read_totals(_part(work, "totals", file)).column("bytes")).as_py() or 0)
+
+
+def _part(work: str, kind: str, file: str) -> str:
+    return work_part(work, kind, file, UNIT_SUFFIX)

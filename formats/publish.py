@@ -246,8 +246,12 @@ def publish(
     *,
     rejects: Rejects | None = None,
     extra_files: Sequence[FileRecord] = (),
+    stats: Mapping[str, FeatureStats] | None = None,
 ) -> Manifest:
-    """Write stats, tasks, episodes and info from the shard outcomes, then the manifest, last."""
+    """Write stats, tasks, episodes and info from the shard outcomes, then the manifest, last.
+
+    ``stats``: the outcomes' stats already merged in shard order (a pipeline's CombineFn did it);
+    by default they are merged here."""
     outcomes = sorted(outcomes, key=lambda o: o.number)
     if [o.number for o in outcomes] != list(range(len(outcomes))):
         raise ShardfeedError(
@@ -262,7 +266,9 @@ def publish(
                     f"episode {episode.episode_index} appears in two places; an episode must be contiguous in one shard"
                 )
             episodes[episode.episode_index] = episode
-    files: list[FileRecord] = [write_stats(root, spec, merge_all([o.stats for o in outcomes]))]
+    if stats is None:
+        stats = merge_all([o.stats for o in outcomes])
+    files: list[FileRecord] = [write_stats(root, spec, stats)]
     if episodic or options.tasks:
         files.append(write_tasks(root, options.tasks))
     if episodic:

@@ -36,6 +36,7 @@ from shardfeed.formats.unit_table import (
     write_units,
 )
 from shardfeed.pipelines.plan_stage import PlanSettings, load_plan, plan_files
+from shardfeed.pipelines.stats_combine import MergeShardStats, StatsState, save_merged_stats
 from shardfeed.planning.shard_plan import ContiguousPlan, ShardPlan, bucket_of
 from shardfeed.schemas.errors import ShardfeedError
 from shardfeed.schemas.features import FeatureSpec
@@ -130,8 +131,9 @@ def write_planned_shard(
     source: SourceReader,
     spec: FeatureSpec,
     config: GraphConfig,
-) -> int:
-    """(shard number, units) -> the shard file under DST plus its JSON sidecar; returns rows."""
+) -> tuple[int, StatsState]:
+    """(shard number, units) -> the shard file under DST plus its JSON sidecar; returns the shard's
+    number and stats, for :class:`~shardfeed.pipelines.stats_combine.MergeShardStats`."""
     number, parts = item
     plan = load_plan(config.work)
     units = [KeyedUnit.from_tuple(unit) for part in parts for unit in part]
@@ -146,7 +148,7 @@ def write_planned_shard(
     if reused is not None:  # an interrupted run already wrote exactly this shard
         _write_sidecar(sidecar, inputs, reused)
         beam.metrics.Metrics.counter("shardfeed", "shards_reused").inc()
-        return reused.record.rows
+        return number, _stats_state(reused)
     table = source.read([u.ref for u in ordered], spec)
     table = renumber(
         table, spec, [u.ref.rows for u in ordered], plan.row_start[number], plan.unit_start[number]
@@ -165,7 +167,11 @@ def write_planned_shard(
     _write_sidecar(sidecar, inputs, outcome)
     beam.metrics.Metrics.counter("shardfeed", "shards").inc()
     beam.metrics.Metrics.counter("shardfeed", "bytes").inc(outcome.record.bytes)
-    return table.num_rows
+    return number, _stats_state(outcome)
+
+
+def _stats_state(outcome: ShardOutcome) -> StatsState:
+    return {name: stats.to_state() for name, stats in outcome.stats.items()}
 
 
 def _write_sidecar(path: str, inputs: str, outcome: ShardOutcome) -> None:
@@ -302,8 +308,8 @@ class PlanShards(beam.PTransform):
 
 
 class WriteShards(beam.PTransform):
-    """file paths -> rows written per shard: each shard is written from its own unit references,
-    following the plan saved under the work dir."""
+    """file paths -> (shard number, stats) per shard written: each shard is written from its own
+    unit references, following the plan saved under the work dir."""
 
     def __init__(self, source: SourceReader, spec: FeatureSpec, config: GraphConfig) -> None:
         super().__init__()
@@ -322,7 +328,7 @@ class WriteShards(beam.PTransform):
 
 
 class ConvertFiles(beam.PTransform):
-    """source file paths -> rows written per shard: scan, plan and write in one pipeline."""
+    """source file paths -> the merged stats, saved: scan, plan, write and summarise, one pipeline."""
 
     def __init__(
         self, source: SourceReader, spec: FeatureSpec, config: GraphConfig, settings: PlanSettings
@@ -336,6 +342,9 @@ class ConvertFiles(beam.PTransform):
             | "ScanFiles" >> ScanFiles(self.source, self.spec, self.config)
             | "PlanShards" >> PlanShards(self.config, self.settings)
             | "WriteShards" >> WriteShards(self.source, self.spec, self.config)
+            # without_defaults: no side input (DaskRunner), and no output when nothing was written
+            | "MergeStats" >> beam.CombineGlobally(MergeShardStats()).without_defaults()
+            | "SaveStats" >> beam.Map(save_merged_stats, self.config.work)
         )
 
 

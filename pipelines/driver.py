@@ -35,6 +35,7 @@ from shardfeed.pipelines.convert import (
 from shardfeed.pipelines.plan_stage import PlanSettings, read_plan_info
 from shardfeed.pipelines.progress import WorkDirProgress
 from shardfeed.pipelines.runners import make_runner
+from shardfeed.pipelines.stats_combine import load_merged_stats
 from shardfeed.schemas.errors import ShardfeedError
 from shardfeed.schemas.manifest import MANIFEST_PATH, Rejects
 from shardfeed.transforms.image_policy import ImagePolicy
@@ -203,6 +204,7 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
         options,
         rejects=Rejects(rejected_units, reject_counts),
         extra_files=extra,
+        stats=load_merged_stats(graph.work),
     )
     shutil.rmtree(graph.work, ignore_errors=True)
     clock.mark("publish")

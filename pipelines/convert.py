@@ -35,7 +35,7 @@ from shardfeed.formats.unit_table import (
     write_totals,
     write_units,
 )
-from shardfeed.pipelines.plan_stage import PlanSettings, load_plan, plan_files
+from shardfeed.pipelines.plan_stage import Plan, PlanSettings, load_plan, plan_files
 from shardfeed.pipelines.stats_combine import MergeShardStats, StatsState, save_merged_stats
 from shardfeed.planning.shard_plan import ContiguousPlan, ShardPlan, bucket_of
 from shardfeed.schemas.errors import ShardfeedError
@@ -43,7 +43,6 @@ from shardfeed.schemas.features import FeatureSpec
 from shardfeed.schemas.manifest import canonical_json
 from shardfeed.transforms.hashing import shuffle_key
 
-Plan = ShardPlan | ContiguousPlan
 WORK_DIR = ".shardfeed-work"  # under DST while a run is in flight; removed after publishing
 _BUCKET, _PAYLOAD = 1, 5  # positions in a KeyedUnit.to_tuple()
 PREVIOUS = "previous-shards"  # sidecars of an interrupted run, under WORK_DIR, checked for reuse

@@ -166,6 +166,9 @@ def episodes_table(
 ) -> pa.Table:
     """LeRobot v3.0 episode columns, in their order; per-episode stats as ``stats/{key}/{stat}``.
 
+    Stats columns cover every feature some episode has stats for: numeric ones and ``image`` ones
+    (per channel, ``list<list<list<double>>>`` like LeRobot's camera columns).
+
     A video feature of ``spec`` whose frames were written adds LeRobot's ``videos/{key}/...``
     columns after ``dataset_to_index``: ``chunk_index``, ``file_index`` (int64), ``from_timestamp``
     and ``to_timestamp`` (float64); every episode must then say where its frames are.
@@ -205,8 +208,11 @@ def episodes_table(
     for feature in spec:
         if not any(feature.name in e.stats for e in episodes):
             continue
-        per_episode = [e.stats[feature.name].to_json() for e in episodes]
-        depth = len(feature.shape)
+        # an episode without values (an image feature with no inline frame) gets null stats
+        present = [e.stats.get(feature.name) for e in episodes]
+        per_episode = [s.to_json() if s is not None and s.count else None for s in present]
+        # nesting follows the stats' shape: the feature's for numeric features, (3, 1, 1) for images
+        depth = len(next(s for s in present if s is not None).shape)
         for key in ("min", "max", "mean", "std", "count", *QUANTILES):
             if key == "count":
                 atype: pa.DataType = pa.list_(pa.int64())
@@ -217,7 +223,9 @@ def episodes_table(
                 atype = leaf
                 for _ in range(depth):
                     atype = pa.list_(atype)
-            columns[f"stats/{feature.name}/{key}"] = pa.array([s[key] for s in per_episode], atype)
+            columns[f"stats/{feature.name}/{key}"] = pa.array(
+                [None if s is None else s[key] for s in per_episode], atype
+            )
     columns["meta/episodes/chunk_index"] = pa.array([chunk_index] * len(episodes), pa.int64())
     columns["meta/episodes/file_index"] = pa.array([file_index] * len(episodes), pa.int64())
     return pa.table(columns)

@@ -23,6 +23,7 @@ from shardfeed import __version__
 from shardfeed.formats.atomic import atomic_write_bytes
 from shardfeed.formats.columns import column_to_numpy
 from shardfeed.formats.encoding import get_encoding
+from shardfeed.formats.image_stats import image_stats_per_episode
 from shardfeed.formats.layout import DATASET_DIRS, chunk_file_index, data_path, episodes_path
 from shardfeed.formats.meta_writer import (
     EpisodeRecord,
@@ -194,7 +195,8 @@ def build_shard(
     columns = {f.name: _valid_values(table.column(f.name), f) for f in spec.stored if f.is_numeric}
     if episodic:
         # the shard's stats are its episodes' stats merged in order: every value is summarised once
-        episodes = _episodes(columns, spec, options.tasks, number, index_start)
+        images = {f.name: table.column(f.name) for f in spec.stored if f.dtype == "image"}
+        episodes = _episodes(columns, spec, options.tasks, number, index_start, images)
         stats = merge_all([e.stats for e in episodes])
     else:
         episodes = []
@@ -317,7 +319,13 @@ def _episodes(
     tasks: Sequence[str],
     number: int,
     start: int,
+    images: Mapping[str, pa.ChunkedArray] | None = None,
 ) -> list[EpisodeRecord]:
+    """Split the shard's rows into episodes, each with its tasks and per-feature stats.
+
+    ``images`` are the shard's ``image`` columns: each episode gets LeRobot-style camera stats
+    (sampled frames, per channel, see ``formats/image_stats.py``) after its numeric ones.
+    """
     for required in ("episode_index", "task_index"):
         if required in columns and columns[required][1] is not None:
             raise ShardfeedError(f"'{required}' has nulls; every frame needs one")
@@ -348,6 +356,14 @@ def _episodes(
             for name, (values, positions) in columns.items()
         }
         out.append(EpisodeRecord(ep, chunk, file, start + a, start + b, names, stats))
+    ranges = [
+        (e.episode_index, e.dataset_from_index - start, e.dataset_to_index - start) for e in out
+    ]
+    for name, column in (images or {}).items():
+        per_episode = image_stats_per_episode(column, ranges, name=name, first_index=start)
+        for episode, image_stats in zip(out, per_episode, strict=True):
+            if image_stats is not None:
+                episode.stats[name] = image_stats
     return out
 
 

@@ -33,6 +33,9 @@ class FeatureStats:
     integer: bool = False
     sketch_size: int = 0  # 0 picks sketch_size_for(width)
     count: int = 0
+    # frames summarised when a row is not a frame (image stats add one row per pixel): the
+    # reported ``count``, as LeRobot counts sampled frames; None for numeric stats (count = rows)
+    frames: int | None = None
     _mean: np.ndarray | None = None
     _m2: np.ndarray | None = None
     _min: np.ndarray | None = None
@@ -70,6 +73,8 @@ class FeatureStats:
 
     def merge(self, other: FeatureStats) -> FeatureStats:
         """Fold ``other`` into self (in place) and return self."""
+        if other.frames is not None:
+            self.frames = (self.frames or 0) + other.frames
         if other.count == 0:
             return self
         if self.count == 0:
@@ -135,12 +140,15 @@ class FeatureStats:
             "sketch_size": self.sketch_size,
             "count": self.count,
             "arrays": arrays,
+            **({} if self.frames is None else {"frames": self.frames}),
         }
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> FeatureStats:
         stats = cls(tuple(state["shape"]), bool(state["integer"]), int(state["sketch_size"]))
         stats.count = int(state["count"])
+        if state.get("frames") is not None:
+            stats.frames = int(state["frames"])
         arrays = state["arrays"]
         if arrays:
             width = stats.width
@@ -187,7 +195,7 @@ class FeatureStats:
             "max": shaped(cast(self._max)),
             "mean": shaped(self._mean),
             "std": shaped(std),
-            "count": [self.count],
+            "count": [self.count if self.frames is None else self.frames],
         }
         for key, q in QUANTILES.items():
             out[key] = shaped(self.quantile(q))

@@ -577,7 +577,14 @@ def check_metadata(lr, conv: Converted) -> Any:
     # stats: numeric arrays for every numeric feature, true to the data
     stats = meta.stats
     numeric = [k for k, f in conv.source.stored.items() if f["dtype"] in NUMERIC]
-    assert set(stats) == set(numeric)
+    cameras = [k for k, f in conv.source.stored.items() if f["dtype"] == "image"]
+    assert set(stats) == set(numeric) | set(cameras)
+    # cameras: per-channel (3, 1, 1) stats on pixels in [0, 1], as lerobot's normalizer expects
+    for name in cameras:
+        entry = stats[name]
+        for key in ("min", "max", "mean", "std"):
+            assert entry[key].shape == (3, 1, 1), (name, key)
+        assert np.all(entry["min"] >= 0) and np.all(entry["max"] <= 1), name
     for name in numeric:
         shape = tuple(meta.features[name]["shape"])
         data = conv.rows[name].reshape(conv.num_frames, *shape)
@@ -622,6 +629,41 @@ def test_generated_images_load_in_lerobot(lerobot, generated):
             image = ds[lo + offset]["observation.images.front"]
             np.testing.assert_array_equal(
                 np.rint(image.numpy() * 255).astype(np.uint8).transpose(1, 2, 0), expected
+            )
+    # camera stats are what lerobot's own sampling (sample_images: indices, decoding, downsampling)
+    # and reduction (get_feature_stats over N, H, W, then / 255) give on the stored bytes, merged
+    # with its aggregate_stats. The pixels are cast to float64 first: lerobot 0.4.4 reduces the
+    # uint8 array as is, so its mean of squares wraps around and its std comes out wrong (0 here).
+    # Quantiles are left out: lerobot's come from histograms, ours from a sketch.
+    from lerobot.datasets.compute_stats import aggregate_stats, get_feature_stats, sample_images
+
+    cameras = ["observation.images.front", "observation.images.wrist"]
+    theirs = []
+    # lerobot's metadata drops the stats/ columns when it loads episodes: read them directly
+    per_episode = pq.read_table(conv.dst / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    for ep in per_episode:
+        lo, hi = ep["dataset_from_index"], ep["dataset_to_index"]
+        episode_stats = {}
+        for name in cameras:
+            sampled = sample_images([io.BytesIO(b) for b in conv.rows[name][lo:hi]])
+            reduced = get_feature_stats(sampled.astype(np.float64), axis=(0, 2, 3), keepdims=True)
+            episode_stats[name] = {
+                k: v if k == "count" else np.squeeze(v / 255.0, axis=0) for k, v in reduced.items()
+            }
+            for key in ("min", "max", "mean", "std", "count"):
+                np.testing.assert_allclose(
+                    np.asarray(ep[f"stats/{name}/{key}"], dtype=np.float64),
+                    episode_stats[name][key],
+                    rtol=0,
+                    atol=1e-6,
+                    err_msg=f"episode {ep['episode_index']} {name} {key}",
+                )
+        theirs.append(episode_stats)
+    aggregated = aggregate_stats(theirs)
+    for name in cameras:
+        for key in ("min", "max", "mean", "std", "count"):
+            np.testing.assert_allclose(
+                ds.meta.stats[name][key], aggregated[name][key], rtol=0, atol=1e-6, err_msg=name
             )
     # episode 3 switched task halfway and says so in its task list
     switched = next(e for e in ds.meta.episodes if len(e["tasks"]) == 2)

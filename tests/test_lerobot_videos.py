@@ -18,6 +18,7 @@ pytest.importorskip("apache_beam")
 pytest.importorskip("av")
 
 import av
+from video_fixtures import FPS, decoded, encode, frame_pixels
 
 from shardfeed import open_dataset
 from shardfeed.cli.main import main
@@ -33,7 +34,6 @@ needs_corpora = pytest.mark.skipif(
     not CORPORA, reason="SHARDFEED_CORPORA is not set (scripts/test.sh sets it)"
 )
 
-FPS = 10
 CAM = "observation.images.cam"
 V21_DATA = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
 V21_VIDEO = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
@@ -55,29 +55,6 @@ FEATURES = {
 
 
 # ---- fixtures --------------------------------------------------------------------------------
-
-
-def frame_pixels(episode: int, i: int) -> np.ndarray:
-    img = np.full((16, 32, 3), (episode * 40 + i * 11) % 200, np.uint8)
-    img[:, (i * 3) % 32 : (i * 3) % 32 + 3] = 255
-    img[: episode + 1, 0, 1] = 10
-    return img
-
-
-def encode(path: Path, frames: list[np.ndarray]) -> None:
-    """FFmpeg's built-in mpeg4 encoder, a keyframe every 4 frames, no B-frames."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with av.open(str(path), "w", format="mp4") as out:
-        stream = out.add_stream("mpeg4", rate=FPS)
-        stream.height, stream.width = frames[0].shape[:2]
-        stream.pix_fmt = "yuv420p"
-        stream.codec_context.gop_size = 4
-        stream.codec_context.max_b_frames = 0
-        for img in frames:
-            for packet in stream.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
-                out.mux(packet)
-        for packet in stream.encode():
-            out.mux(packet)
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> None:
@@ -107,7 +84,7 @@ def make_v21_with_videos(root: Path, lengths: dict[int, int] = LENGTHS) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(table, path)
         video = V21_VIDEO.format(episode_chunk=0, video_key=CAM, episode_index=ep)
-        encode(root / video, [frame_pixels(ep, i) for i in range(n)])
+        encode(root / video, [frame_pixels(ep, i) for i in range(n)], gop=4)
     info = {
         "codebase_version": "v2.1",
         "robot_type": "toy",
@@ -144,15 +121,6 @@ def tree(root: Path) -> dict[str, bytes]:
     return {
         str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
     }
-
-
-def decoded(path: Path) -> list[tuple[float, np.ndarray]]:
-    with av.open(str(path)) as container:
-        stream = container.streams.video[0]
-        return [
-            (float(f.pts * stream.time_base), f.to_ndarray(format="rgb24"))
-            for f in container.decode(stream)
-        ]
 
 
 def frame_at(frames: list[tuple[float, np.ndarray]], t: float) -> np.ndarray:
@@ -363,7 +331,7 @@ def rejects_json(dst: Path, capsys) -> dict:
 
 def test_an_mp4_with_the_wrong_frame_count_rejects_its_episode(tmp_path, v21, capsys):
     video = v21 / V21_VIDEO.format(episode_chunk=0, video_key=CAM, episode_index=2)
-    encode(video, [frame_pixels(2, i) for i in range(LENGTHS[2] + 2)])
+    encode(video, [frame_pixels(2, i) for i in range(LENGTHS[2] + 2)], gop=4)
     # 1 of 5 episodes is over the default --max-reject-fraction: nothing is published
     dst = tmp_path / "out"
     assert main(["convert", str(v21), str(dst)]) == 1
@@ -394,7 +362,7 @@ def test_a_corrupt_mp4_and_an_incompatible_mp4_reject_their_episodes(tmp_path, v
     junk = v21 / V21_VIDEO.format(episode_chunk=0, video_key=CAM, episode_index=0)
     junk.write_bytes(np.random.default_rng(0).bytes(4096))
     wide = v21 / V21_VIDEO.format(episode_chunk=0, video_key=CAM, episode_index=3)
-    encode(wide, [np.tile(frame_pixels(3, i), (1, 2, 1)) for i in range(LENGTHS[3])])
+    encode(wide, [np.tile(frame_pixels(3, i), (1, 2, 1)) for i in range(LENGTHS[3])], gop=4)
     dst = tmp_path / "out"
     args = ["--target-shard-size", "150B", "--max-reject-fraction", "0.5", "--json"]
     assert main(["convert", str(v21), str(dst), *args]) == 0
@@ -604,7 +572,7 @@ def test_a_rerun_rewrites_shard_videos_whose_source_mp4_changed(tmp_path, v21, m
     # every source MP4 changes (same frame count, other pixels) before the re-run
     for ep, n in LENGTHS.items():
         video = V21_VIDEO.format(episode_chunk=0, video_key=CAM, episode_index=ep)
-        encode(v21 / video, [255 - frame_pixels(ep, i) for i in range(n)])
+        encode(v21 / video, [255 - frame_pixels(ep, i) for i in range(n)], gop=4)
     assert main(["convert", str(v21), str(dst), *args]) == 0
     clean = tmp_path / "clean"
     assert main(["convert", str(v21), str(clean), *args]) == 0

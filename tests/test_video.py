@@ -13,6 +13,7 @@ import pytest
 pytest.importorskip("av")
 
 import av
+from video_fixtures import FPS, HEIGHT, WIDTH, decoded, encode, frame_pixels
 
 from shardfeed.formats.storage import locate
 from shardfeed.formats.video import (
@@ -25,53 +26,6 @@ from shardfeed.formats.video import (
     probe_segments,
 )
 from shardfeed.schemas.errors import ShardfeedError
-
-FPS = 10
-HEIGHT, WIDTH = 16, 32
-
-
-def frame_pixels(seed: int, i: int, height: int = HEIGHT, width: int = WIDTH) -> np.ndarray:
-    """A frame that differs from every other (seed, i): a level plus a moving bar."""
-    img = np.full((height, width, 3), (seed * 50 + i * 9) % 200, np.uint8)
-    img[:, (i * 3) % width : (i * 3) % width + 3] = 255
-    img[: (seed % height) + 1, 0, 1] = 10
-    return img
-
-
-def encode(
-    path: Path,
-    frames: list[np.ndarray],
-    *,
-    fps: int = FPS,
-    keyframes: set[int] | None = None,
-    gop: int = 1000,
-) -> None:
-    """Encode ``frames`` with FFmpeg's built-in mpeg4 encoder; I-frames at ``keyframes`` (and 0)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with av.open(str(path), "w", format="mp4") as out:
-        stream = out.add_stream("mpeg4", rate=fps, options={"sc_threshold": "1000000000"})
-        stream.height, stream.width = frames[0].shape[:2]
-        stream.pix_fmt = "yuv420p"
-        stream.codec_context.gop_size = gop
-        stream.codec_context.max_b_frames = 0
-        for i, img in enumerate(frames):
-            frame = av.VideoFrame.from_ndarray(img, format="rgb24")
-            if keyframes and i in keyframes:
-                frame.pict_type = av.video.frame.PictureType.I
-            for packet in stream.encode(frame):
-                out.mux(packet)
-        for packet in stream.encode():
-            out.mux(packet)
-
-
-def decoded(path: Path) -> list[tuple[float, np.ndarray]]:
-    """(seconds, rgb pixels) of every frame, in presentation order."""
-    with av.open(str(path)) as container:
-        stream = container.streams.video[0]
-        return [
-            (float(f.pts * stream.time_base), f.to_ndarray(format="rgb24"))
-            for f in container.decode(stream)
-        ]
 
 
 def packet_hashes(path: Path) -> list[str]:
@@ -151,14 +105,20 @@ def test_concat_places_each_episode_exactly_and_is_deterministic(tmp_path, episo
     assert whole.frames == 16 and whole.duration == pytest.approx(1.6)
 
 
-def test_ranges_of_a_shared_file_are_cut_on_keyframes(tmp_path):
-    """v3.0 re-sharding: episodes are [from, to) ranges of one file; take them in another order."""
+def shared_file(tmp_path: Path) -> tuple[list[int], np.ndarray, list[tuple[float, float]]]:
+    """``shared.mp4``: three episodes of 6, 4 and 5 frames in one file, each starting on a
+    keyframe, as a v3.0 dataset stores them; returns lengths, first frames and time ranges."""
     lengths = [6, 4, 5]
     starts = np.cumsum([0, *lengths])
     frames = [frame_pixels(ep, i) for ep, n in enumerate(lengths) for i in range(n)]
     encode(tmp_path / "shared.mp4", frames, keyframes={int(s) for s in starts[:-1]})
+    return lengths, starts, [(starts[e] / FPS, starts[e + 1] / FPS) for e in range(3)]
+
+
+def test_ranges_of_a_shared_file_are_cut_on_keyframes(tmp_path):
+    """v3.0 re-sharding: episodes are [from, to) ranges of one file; take them in another order."""
+    lengths, starts, ranges = shared_file(tmp_path)
     root = locate(tmp_path)
-    ranges = [(starts[e] / FPS, starts[e + 1] / FPS) for e in range(3)]
     order = [1, 2, 0]
     spans = concat_segments(
         [Segment(root, "shared.mp4", *ranges[e]) for e in order], str(tmp_path / "out.mp4")
@@ -209,12 +169,8 @@ def test_missing_and_unreadable_inputs_are_clear_errors(tmp_path, episodes):
 def test_probe_segments_counts_each_range_as_concat_would_cut_it(tmp_path):
     """Ranges of a shared file, in any order, in one open (plus a reopen to go back to the start):
     the packet count concat_segments would copy and whether the range starts on a keyframe."""
-    lengths = [6, 4, 5]
-    starts = np.cumsum([0, *lengths])
-    frames = [frame_pixels(ep, i) for ep, n in enumerate(lengths) for i in range(n)]
-    encode(tmp_path / "shared.mp4", frames, keyframes={int(s) for s in starts[:-1]})
+    _, _, ranges = shared_file(tmp_path)
     root = locate(tmp_path)
-    ranges = [(starts[e] / FPS, starts[e + 1] / FPS) for e in range(3)]
     asked = [ranges[2], ranges[0], (0.2, 0.6), ranges[1], (None, None), (2.0, 3.0)]
     params, probes = probe_segments(root, "shared.mp4", asked)
     assert probes == [

@@ -281,7 +281,7 @@ def _exif_dpi_ok(exif: bytes, xmp: bytes | None) -> bool:
         warnings.filterwarnings("ignore", module=r"PIL\.")
         try:
             method(_ExifProbe(info))
-        except Exception:
+        except Exception:  # Pillow's open would fail here too: defer, and Pillow gives the reject
             return False
     return True
 

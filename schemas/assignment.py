@@ -1,0 +1,269 @@
+"""The per-rank assignment header ``meta/shardfeed/assignments/NAME.json``.
+
+It describes the span table next to it (``NAME.parquet``): the world it was planned for, the
+policy and seed, the dataset it belongs to (fingerprint, samples, shards), per-epoch counts and
+the table's own size and sha256. A loader refuses the assignment when the dataset differs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from shardfeed.schemas._strict import count, get, parse_version, require_object
+from shardfeed.schemas.errors import SchemaError
+
+FORMAT_VERSION = "1.0"
+FORMAT_MAJOR = 1
+ASSIGNMENTS_DIR = "meta/shardfeed/assignments"
+MODES = ("pad", "drop")
+#: span table columns, in order; rows sorted by (epoch, rank, worker, seq)
+COLUMNS = ("epoch", "rank", "worker", "seq", "shard", "row_start", "row_end")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def check_name(name: str) -> str:
+    """An assignment name: letters, digits, ``.``, ``_`` and ``-``, not starting with a dot."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise SchemaError(
+            "name",
+            f"{name!r} is not a valid assignment name (1-100 of A-Z a-z 0-9 . _ -, "
+            "starting with a letter or digit)",
+        )
+    return name
+
+
+def header_path(name: str) -> str:
+    return f"{ASSIGNMENTS_DIR}/{check_name(name)}.json"
+
+
+def table_path(name: str) -> str:
+    return f"{ASSIGNMENTS_DIR}/{check_name(name)}.parquet"
+
+
+def _positive(obj: dict[str, Any], key: str, where: str) -> int:
+    value = count(obj, key, where)
+    if value < 1:
+        raise SchemaError(f"{where}.{key}" if where else key, f"must be >= 1, got {value}")
+    return value
+
+
+def _optional_positive(obj: dict[str, Any], key: str, where: str) -> int | None:
+    return None if obj.get(key) is None else _positive(obj, key, where)
+
+
+@dataclass(frozen=True)
+class WorldRecord:
+    nodes: int
+    gpus_per_node: int
+    workers: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"nodes": self.nodes, "gpus_per_node": self.gpus_per_node, "workers": self.workers}
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str) -> WorldRecord:
+        obj = require_object(obj, where)
+        return cls(*(_positive(obj, k, where) for k in ("nodes", "gpus_per_node", "workers")))
+
+
+@dataclass(frozen=True)
+class PolicyRecord:
+    mode: str
+    batch_size: int | None
+    block_rows: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mode": self.mode, "batch_size": self.batch_size, "block_rows": self.block_rows}
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str) -> PolicyRecord:
+        obj = require_object(obj, where)
+        mode = get(obj, "mode", str, where)
+        if mode not in MODES:
+            raise SchemaError(f"{where}.mode", f"expected one of {MODES}, got {mode!r}")
+        return cls(
+            mode,
+            _optional_positive(obj, "batch_size", where),
+            _optional_positive(obj, "block_rows", where),
+        )
+
+
+@dataclass(frozen=True)
+class DatasetRef:
+    """The dataset an assignment was planned for; loading checks all three."""
+
+    fingerprint: str
+    num_samples: int
+    num_shards: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fingerprint": self.fingerprint,
+            "num_samples": self.num_samples,
+            "num_shards": self.num_shards,
+        }
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str) -> DatasetRef:
+        obj = require_object(obj, where)
+        return cls(
+            get(obj, "fingerprint", str, where),
+            count(obj, "num_samples", where),
+            count(obj, "num_shards", where),
+        )
+
+
+@dataclass(frozen=True)
+class EpochCounts:
+    """Per epoch: samples each rank reads, samples left out (drop) or repeated (pad), the
+    effective block size in rows and the number of spans."""
+
+    epoch: int
+    samples_per_rank: int
+    dropped: int
+    padded: int
+    block_rows: int
+    spans: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str) -> EpochCounts:
+        obj = require_object(obj, where)
+        return cls(*(count(obj, k, where) for k in cls.__dataclass_fields__))
+
+
+@dataclass(frozen=True)
+class TableRecord:
+    path: str
+    rows: int
+    bytes: int
+    sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "rows": self.rows, "bytes": self.bytes, "sha256": self.sha256}
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str) -> TableRecord:
+        obj = require_object(obj, where)
+        sha = get(obj, "sha256", str, where)
+        if not re.fullmatch(r"[0-9a-f]{64}", sha):
+            raise SchemaError(f"{where}.sha256", "expected 64 lowercase hex digits")
+        return cls(
+            get(obj, "path", str, where),
+            count(obj, "rows", where),
+            count(obj, "bytes", where),
+            sha,
+        )
+
+
+@dataclass(frozen=True)
+class ResumeRecord:
+    """Where a resumed assignment came from: the rest of ``epoch`` of ``name`` after
+    ``samples_seen`` samples across its whole world."""
+
+    name: str
+    epoch: int
+    samples_seen: int
+    world: WorldRecord
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "epoch": self.epoch,
+            "samples_seen": self.samples_seen,
+            "world": self.world.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str) -> ResumeRecord:
+        obj = require_object(obj, where)
+        return cls(
+            check_name(get(obj, "name", str, where)),
+            count(obj, "epoch", where),
+            count(obj, "samples_seen", where),
+            WorldRecord.from_json(get(obj, "world", dict, where), f"{where}.world"),
+        )
+
+
+@dataclass(frozen=True)
+class AssignmentHeader:
+    name: str
+    world: WorldRecord
+    seed: int
+    policy: PolicyRecord
+    dataset: DatasetRef
+    epochs: tuple[EpochCounts, ...]
+    table: TableRecord
+    resumed_from: ResumeRecord | None = None
+    format_version: str = FORMAT_VERSION
+
+    def __post_init__(self) -> None:
+        numbers = [e.epoch for e in self.epochs]
+        if numbers != sorted(set(numbers)):
+            raise SchemaError("epochs", f"epoch numbers must be unique and increasing: {numbers}")
+        spans = sum(e.spans for e in self.epochs)
+        if spans != self.table.rows:
+            raise SchemaError("table.rows", f"{self.table.rows} rows, but epochs list {spans}")
+
+    def counts(self, epoch: int) -> EpochCounts:
+        for entry in self.epochs:
+            if entry.epoch == epoch:
+                return entry
+        raise KeyError(
+            f"assignment {self.name!r} has no epoch {epoch}; it has {[e.epoch for e in self.epochs]}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format_version": self.format_version,
+            "name": self.name,
+            "world": self.world.to_json(),
+            "seed": self.seed,
+            "policy": self.policy.to_json(),
+            "dataset": self.dataset.to_json(),
+            "epochs": [e.to_json() for e in self.epochs],
+            "table": self.table.to_json(),
+            "resumed_from": None if self.resumed_from is None else self.resumed_from.to_json(),
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=1, sort_keys=False) + "\n"
+
+    @classmethod
+    def loads(cls, text: str | bytes, source: str) -> AssignmentHeader:
+        try:
+            obj = json.loads(text)
+        except (ValueError, UnicodeDecodeError) as err:
+            raise SchemaError("<root>", f"not valid JSON ({err})", source=source) from None
+        try:
+            return cls.from_json(obj)
+        except SchemaError as err:
+            raise err.with_source(source) from None
+
+    @classmethod
+    def from_json(cls, obj: Any) -> AssignmentHeader:
+        obj = require_object(obj, "")
+        version = get(obj, "format_version", str, "")
+        parse_version(version, "format_version", FORMAT_MAJOR)
+        resumed = obj.get("resumed_from")
+        return cls(
+            format_version=version,
+            name=check_name(get(obj, "name", str, "")),
+            world=WorldRecord.from_json(get(obj, "world", dict, ""), "world"),
+            seed=count(obj, "seed", ""),
+            policy=PolicyRecord.from_json(get(obj, "policy", dict, ""), "policy"),
+            dataset=DatasetRef.from_json(get(obj, "dataset", dict, ""), "dataset"),
+            epochs=tuple(
+                EpochCounts.from_json(e, f"epochs[{i}]")
+                for i, e in enumerate(get(obj, "epochs", list, ""))
+            ),
+            table=TableRecord.from_json(get(obj, "table", dict, ""), "table"),
+            resumed_from=None
+            if resumed is None
+            else ResumeRecord.from_json(resumed, "resumed_from"),
+        )

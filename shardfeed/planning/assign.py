@@ -1,0 +1,285 @@
+"""Per-rank assignment of one epoch: equal samples per rank, balanced bytes, node-local reads.
+
+For each epoch, and all nodes at once:
+1. each node's home rows (:mod:`node_sets`, the same every epoch) are cut into pieces of at most
+   ``block_rows`` rows; shards, then pieces within a shard, take a seeded per-epoch order;
+2. the node's stream is cut to exactly ``gpus_per_node * samples_per_rank`` rows: ``drop`` leaves
+   the tail of that order out (a different tail each epoch), ``pad`` repeats its head;
+3. the stream is cut into ``blocks_per_rank`` blocks per rank of near-equal rows, and blocks are
+   dealt to the node's ranks in strata of equal size class, largest first, so every rank gets
+   the same rows and near-equal bytes;
+4. each rank reads its blocks in stream order, which keeps reads within a shard together, and its
+   stream is split into contiguous runs of whole batches, one per loader worker.
+Everything is a pure function of the input spans, sizes, world, policy, seed and epoch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardfeed.planning.node_sets import NodeHomes, node_homes
+from shardfeed.planning.spans import (
+    RowBytes,
+    Spans,
+    group_arange,
+    merge_adjacent,
+    refine,
+    split_rows,
+)
+from shardfeed.planning.stable_random import random_keys
+
+PAD, DROP = "pad", "drop"
+MODES = (PAD, DROP)
+DEFAULT_BLOCK_BYTES = 4 << 20  # one row group of payload: a block is one efficient read
+MIN_BLOCKS_PER_RANK = 64  # bytes balance is per block; fewer blocks per rank cannot reach 1.02
+_GREEDY_BLOCKS = 4096  # per node: up to this many blocks, every block is dealt greedily
+_GREEDY_STRATA = 64  # beyond it, the last strata of blocks per rank still are
+
+
+@dataclass(frozen=True)
+class World:
+    """The training job's shape: ``nodes`` x ``gpus_per_node`` ranks, each with ``workers``
+    loader workers. Rank ``r`` runs on node ``r // gpus_per_node``."""
+
+    nodes: int
+    gpus_per_node: int
+    workers: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("nodes", "gpus_per_node", "workers"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How an epoch is cut: ``pad`` repeats samples so all are read, ``drop`` leaves a few out;
+    ``batch_size`` makes every rank's count a whole number of batches; ``block_rows`` is the
+    shuffle and read unit (None: about one row group of payload)."""
+
+    mode: str = PAD
+    batch_size: int | None = None
+    block_rows: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        for name in ("batch_size", "block_rows"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """One epoch's spans, sorted by ``(rank, worker, seq)``, and its counts."""
+
+    epoch: int
+    rank: np.ndarray
+    worker: np.ndarray
+    seq: np.ndarray
+    spans: Spans
+    home: np.ndarray  # the span's shard is in its node's home shard set
+    samples_per_rank: int
+    dropped: int
+    padded: int
+    block_rows: int
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+
+def samples_per_rank(num_samples: int, ranks: int, mode: str, batch_size: int | None) -> int:
+    """Each rank's sample count: rounded down (``drop``) or up (``pad``) to whole batches."""
+    unit = ranks * (batch_size or 1)
+    batches = num_samples // unit if mode == DROP else -(-num_samples // unit)
+    return batches * (batch_size or 1)
+
+
+def block_rows_for(per_rank: int, mean_row_bytes: float, requested: int | None) -> int:
+    """The block size in rows: ``requested`` or about one row group of payload, capped so each
+    rank gets at least ``MIN_BLOCKS_PER_RANK`` blocks (the cap is what makes bytes balance)."""
+    wanted = requested or max(1, round(DEFAULT_BLOCK_BYTES / max(mean_row_bytes, 1.0)))
+    return max(1, min(wanted, per_rank // MIN_BLOCKS_PER_RANK))
+
+
+def plan_epoch(
+    sequence: Spans,
+    row_bytes: RowBytes,
+    world: World,
+    policy: Policy,
+    epoch: int,
+    homes: NodeHomes | None = None,
+) -> EpochPlan:
+    """Assign the rows of ``sequence`` to every (rank, worker) of ``world`` for ``epoch``.
+
+    ``homes`` (from :func:`plan_homes`) may be passed to reuse node sets across epochs.
+    """
+    total = sequence.total_rows
+    per_rank = samples_per_rank(total, world.ranks, policy.mode, policy.batch_size)
+    if per_rank == 0:
+        raise ValueError(
+            f"{total} samples cannot give each of {world.ranks} ranks a "
+            f"{'batch' if policy.batch_size else 'sample'} with mode={policy.mode!r}; use pad"
+        )
+    if total < world.nodes:
+        raise ValueError(f"{total} samples are fewer than the {world.nodes} nodes")
+    if homes is None:
+        homes, block = plan_homes(sequence, row_bytes, world, policy)
+    else:
+        block = block_rows_for(per_rank, _mean(sequence, row_bytes), policy.block_rows)
+    stream, node = _epoch_order(homes, block, policy.seed, epoch)
+    quota = world.gpus_per_node * per_rank
+    stream, held = _fit_to(stream, node, world.nodes, quota)
+    blocks_per_rank = per_rank // block
+    segments, block_id = _cut_blocks(stream, world, per_rank, blocks_per_rank)
+    rank_of_block = _deal(row_bytes, segments, block_id, world, per_rank, blocks_per_rank)
+    rank = rank_of_block[block_id]
+    order = np.lexsort((np.arange(len(segments)), rank))
+    spans, part = _split_workers(segments.take(order), world, per_rank, policy.batch_size)
+    spans, part = merge_adjacent(spans, part)
+    counts = np.bincount(part, minlength=world.ranks * world.workers)
+    rank = part // world.workers
+    return EpochPlan(
+        epoch=epoch,
+        rank=rank,
+        worker=part % world.workers,
+        seq=group_arange(counts),
+        spans=spans,
+        home=homes.is_own(rank // world.gpus_per_node, spans.shard),
+        samples_per_rank=per_rank,
+        dropped=int(np.maximum(held - quota, 0).sum()),
+        padded=int(np.maximum(quota - held, 0).sum()),
+        block_rows=per_rank // blocks_per_rank,
+    )
+
+
+def plan_homes(
+    sequence: Spans, row_bytes: RowBytes, world: World, policy: Policy
+) -> tuple[NodeHomes, int]:
+    """The node home sets for ``sequence`` (the same every epoch) and the block size in rows."""
+    per_rank = samples_per_rank(sequence.total_rows, world.ranks, policy.mode, policy.batch_size)
+    block = block_rows_for(per_rank, _mean(sequence, row_bytes), policy.block_rows)
+    return node_homes(sequence, world.nodes, row_bytes), block
+
+
+def _mean(sequence: Spans, row_bytes: RowBytes) -> float:
+    return float(row_bytes.of(sequence).sum()) / max(1, sequence.total_rows)
+
+
+def _epoch_order(homes: NodeHomes, block: int, seed: int, epoch: int) -> tuple[Spans, np.ndarray]:
+    """Each node's home rows as pieces of at most ``block`` rows, in this epoch's order."""
+    pieces, source = split_rows(homes.spans, block)
+    node = homes.node[source]
+    shard_key = random_keys((seed, epoch, 1), pieces.shard)
+    piece_key = random_keys((seed, epoch, 2), pieces.shard, pieces.start)
+    order = np.lexsort((piece_key, shard_key, node))
+    return pieces.take(order), node[order]
+
+
+def _fit_to(stream: Spans, node: np.ndarray, nodes: int, quota: int) -> tuple[Spans, np.ndarray]:
+    """Exactly ``quota`` rows per node: the head of its stream, repeated while short.
+
+    Returns the node-major stream (node ``n`` at rows ``[n * quota, (n + 1) * quota)``) and each
+    node's row count before fitting."""
+    held = np.bincount(node, weights=stream.rows, minlength=nodes).astype(np.int64)
+    pieces = np.bincount(node, minlength=nodes)
+    first = np.cumsum(pieces) - pieces
+    repeats = np.maximum(1, -(-quota // np.maximum(held, 1)))
+    counts = pieces * repeats
+    owner = np.repeat(np.arange(nodes), counts)
+    index = first[owner] + group_arange(counts) % pieces[owner]
+    tiled = stream.take(index)
+    starts = np.cumsum(held * repeats) - held * repeats
+    keep = np.stack([starts, starts + quota], axis=1).reshape(-1)
+    fitted, part, _ = refine(tiled, keep)
+    return fitted.take(np.flatnonzero(part % 2 == 0)), held
+
+
+def _cut_blocks(
+    stream: Spans, world: World, per_rank: int, blocks_per_rank: int
+) -> tuple[Spans, np.ndarray]:
+    """Cut each node's ``quota`` rows into ``gpus * blocks_per_rank`` blocks: the first
+    ``gpus * extra`` of ``base + 1`` rows, the rest of ``base`` rows."""
+    gpus = world.gpus_per_node
+    base, extra = divmod(per_rank, blocks_per_rank)
+    big = np.arange(gpus * extra) * (base + 1)
+    small = gpus * extra * (base + 1) + np.arange(gpus * (blocks_per_rank - extra)) * base
+    local = np.concatenate([big, small])
+    quota = gpus * per_rank
+    cuts = (np.arange(world.nodes)[:, None] * quota + local[None, :]).reshape(-1)
+    segments, block_id, _ = refine(stream, np.r_[cuts, world.nodes * quota])
+    return segments, block_id
+
+
+def _deal(
+    row_bytes: RowBytes,
+    segments: Spans,
+    block_id: np.ndarray,
+    world: World,
+    per_rank: int,
+    blocks_per_rank: int,
+) -> np.ndarray:
+    """Global rank of every block, for all nodes at once.
+
+    Largest first, each block goes to the node's lightest rank that still has room in its size
+    class (LPT with a cardinality cap), so a rank holding a large block ends with the smallest
+    ones. With many blocks per rank the large head is first dealt in snake-ordered strata of
+    one block per rank, and only the last ``_GREEDY_STRATA`` strata go greedy.
+    """
+    nodes, gpus = world.nodes, world.gpus_per_node
+    per_node = gpus * blocks_per_rank
+    weights = row_bytes.of(segments).astype(np.float64)
+    block_bytes = np.bincount(block_id, weights=weights, minlength=nodes * per_node)
+    block_bytes = block_bytes.reshape(nodes, per_node)
+    extra = per_rank % blocks_per_rank
+    room = np.zeros((nodes, 2, gpus), dtype=np.int64)  # blocks each rank still takes per class
+    room[:, 0, :], room[:, 1, :] = extra, blocks_per_rank - extra
+    size_class = (np.arange(per_node) >= gpus * extra).astype(np.int64)
+    local_rank = np.full((nodes, per_node), -1, dtype=np.int64)
+    rows = np.arange(nodes)[:, None]
+    lanes = np.arange(gpus)
+    greedy = blocks_per_rank if per_node <= _GREEDY_BLOCKS else _GREEDY_STRATA
+    if greedy < blocks_per_rank:  # snake the large head of the bigger class in strata
+        lo = gpus * extra
+        order = np.argsort(-block_bytes[:, lo:], axis=1, kind="stable") + lo
+        strata = (blocks_per_rank - extra) - greedy
+        for s in range(strata):
+            local_rank[rows, order[:, s * gpus : (s + 1) * gpus]] = (
+                lanes if s % 2 == 0 else lanes[::-1]
+            )
+        room[:, 1, :] -= strata
+    dealt = local_rank >= 0
+    flat = (rows * gpus + np.where(dealt, local_rank, 0)).reshape(-1)
+    load = np.bincount(flat, (block_bytes * dealt).reshape(-1), nodes * gpus).reshape(nodes, gpus)
+    pending = np.where(dealt, -np.inf, block_bytes)
+    order = np.argsort(-pending, axis=1, kind="stable")[:, : int((~dealt).sum(axis=1).max())]
+    for p in range(order.shape[1]):
+        block = order[:, p]
+        cls = size_class[block]
+        free = room[np.arange(nodes), cls, :] > 0
+        rank = np.argmin(np.where(free, load, np.inf), axis=1)
+        local_rank[np.arange(nodes), block] = rank
+        load[np.arange(nodes), rank] += block_bytes[np.arange(nodes), block]
+        room[np.arange(nodes), cls, rank] -= 1
+    return (rows * gpus + local_rank).reshape(-1)
+
+
+def _split_workers(
+    stream: Spans, world: World, per_rank: int, batch_size: int | None
+) -> tuple[Spans, np.ndarray]:
+    """Cut each rank's ``per_rank`` rows into one contiguous run of whole batches per worker."""
+    batch = batch_size or 1
+    batches = per_rank // batch
+    local = (np.arange(world.workers) * batches // world.workers) * batch
+    cuts = (np.arange(world.ranks)[:, None] * per_rank + local[None, :]).reshape(-1)
+    spans, part, _ = refine(stream, np.r_[cuts, world.ranks * per_rank])
+    return spans, part

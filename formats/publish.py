@@ -9,6 +9,7 @@ writes the shard's videos next to it and records them on the outcome.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import os
 import shutil
@@ -18,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import zstandard
 
 from shardfeed import __version__
 from shardfeed.formats.atomic import atomic_write_bytes
@@ -34,6 +36,8 @@ from shardfeed.formats.meta_writer import (
     write_stats,
     write_tasks,
 )
+from shardfeed.formats.payload import table_row_bytes
+from shardfeed.formats.sample_index import write_sample_index
 from shardfeed.formats.shard_writer import DEFAULT_ROW_GROUP_BYTES, write_shard
 from shardfeed.formats.sources.base import UnitRef
 from shardfeed.formats.stats import FeatureStats, merge_all
@@ -82,21 +86,36 @@ class DatasetOptions:
 class ShardOutcome:
     """A written shard: its manifest record, its stats and (episodic data) its episodes.
 
-    ``files`` are other files written with the shard (its videos), for the manifest's ``files``.
-    ``to_state``/``from_state`` give a JSON form, so parallel writers can leave outcomes as small
-    sidecar files that ``publish`` reads back in shard order (never pickles).
+    ``row_bytes`` is each row's payload bytes (int64, ``table_row_bytes``), in row order: it must
+    have ``record.rows`` values summing to ``record.payload_bytes``; ``publish`` writes them to the
+    sample index. ``files`` are other files written with the shard (its videos), for the
+    manifest's ``files``. ``to_state``/``from_state`` give a JSON form, so parallel writers can
+    leave outcomes as small sidecar files that ``publish`` reads back in shard order (never
+    pickles); the sizes go in it zstd-compressed.
     """
 
     number: int
     record: ShardRecord
     stats: dict[str, FeatureStats]
     episodes: list[EpisodeRecord]
+    row_bytes: np.ndarray
     files: list[FileRecord] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.row_bytes = np.asarray(self.row_bytes, dtype=np.int64).reshape(-1)
+        total = int(self.row_bytes.sum())
+        if len(self.row_bytes) != self.record.rows or total != self.record.payload_bytes:
+            raise ShardfeedError(
+                f"shard {self.number} ({self.record.path}): {len(self.row_bytes)} row sizes "
+                f"summing to {total}, but the shard has {self.record.rows} rows and "
+                f"{self.record.payload_bytes} payload bytes"
+            )
 
     def to_state(self) -> dict[str, Any]:
         return {
             "number": self.number,
             "record": self.record.to_json(),
+            "row_bytes": _encode_sizes(self.row_bytes),
             "stats": {name: s.to_state() for name, s in self.stats.items()},
             "episodes": [
                 {
@@ -132,11 +151,16 @@ class ShardOutcome:
             for e in state["episodes"]
         ]
         number = state["number"]
+        if "row_bytes" not in state:
+            raise ShardfeedError(
+                f"shard {number}: the outcome has no row_bytes (written by an older shardfeed)"
+            )
         return cls(
             number=int(number),
             record=ShardRecord.from_json(state["record"], f"shard[{number}]"),
             stats={name: FeatureStats.from_state(s) for name, s in state["stats"].items()},
             episodes=episodes,
+            row_bytes=_decode_sizes(state["row_bytes"], f"shard {number}"),
             files=[
                 FileRecord.from_json(f, f"shard[{number}].files[{i}]")
                 for i, f in enumerate(state.get("files", []))
@@ -183,6 +207,7 @@ def build_shard(
             raise ShardfeedError(
                 "the 'index' column must run 0..N-1 in file order (LeRobot reads it that way); renumber it before writing"
             )
+    row_bytes = table_row_bytes(table)
     record = write_shard(
         root,
         data_path(number, template=options.data_template),
@@ -191,6 +216,7 @@ def build_shard(
         index_start=index_start,
         row_group_bytes=options.row_group_bytes,
         encoding=options.encoding,
+        row_bytes=row_bytes,
     )
     columns = {f.name: _valid_values(table.column(f.name), f) for f in spec.stored if f.is_numeric}
     if episodic:
@@ -209,7 +235,7 @@ def build_shard(
         for episode, source_id in zip(episodes, source_episode_ids, strict=True):
             episode.source_episode_index = int(source_id)
     record = dataclasses.replace(record, units=len(episodes) if episodic else record.rows)
-    return ShardOutcome(number, record, stats, episodes)
+    return ShardOutcome(number, record, stats, episodes, row_bytes)
 
 
 def add_videos(
@@ -250,7 +276,8 @@ def publish(
     extra_files: Sequence[FileRecord] = (),
     stats: Mapping[str, FeatureStats] | None = None,
 ) -> Manifest:
-    """Write stats, tasks, episodes and info from the shard outcomes, then the manifest, last.
+    """Write stats, tasks, episodes, info and the sample index from the shard outcomes, then the
+    manifest, last.
 
     ``stats``: the outcomes' stats already merged in shard order (a pipeline's CombineFn did it);
     by default they are merged here."""
@@ -281,6 +308,7 @@ def publish(
     files.append(
         write_info(root, _info(spec, options, num_samples, len(episodes) if episodic else 0))
     )
+    files.append(write_sample_index(root, [o.row_bytes for o in outcomes]))
     files.extend(extra_files)
     files.extend(f for o in outcomes for f in o.files)
     files.sort(key=lambda r: r.path)
@@ -295,6 +323,23 @@ def publish(
     )
     atomic_write_bytes(os.path.join(root, MANIFEST_PATH), manifest.dumps().encode())
     return manifest
+
+
+def _encode_sizes(sizes: np.ndarray) -> dict[str, str]:
+    """Row sizes as compact JSON: the narrowest of uint32/uint64, little-endian, zstd, base64."""
+    dtype = "uint64" if sizes.size and int(sizes.max()) >= 1 << 32 else "uint32"
+    raw = sizes.astype("<u8" if dtype == "uint64" else "<u4").tobytes()
+    blob = zstandard.ZstdCompressor(level=3).compress(raw)
+    return {"dtype": dtype, "zstd_b64": base64.b64encode(blob).decode("ascii")}
+
+
+def _decode_sizes(state: Mapping[str, Any], where: str) -> np.ndarray:
+    try:
+        dtype = {"uint32": "<u4", "uint64": "<u8"}[state["dtype"]]
+        raw = zstandard.ZstdDecompressor().decompress(base64.b64decode(state["zstd_b64"]))
+        return np.frombuffer(raw, dtype=dtype).astype(np.int64)
+    except (KeyError, TypeError, ValueError, zstandard.ZstdError) as err:
+        raise ShardfeedError(f"{where}: unreadable row_bytes ({err!r})") from None
 
 
 def _info(spec: FeatureSpec, options: DatasetOptions, num_samples: int, episodes: int) -> Info:

@@ -9,6 +9,7 @@ import queue
 import threading
 from typing import BinaryIO
 
+import numpy as np
 import pyarrow as pa
 
 from shardfeed.formats.atomic import atomic_open
@@ -88,9 +89,13 @@ class _HashingSink:
         return False
 
 
-def row_group_cuts(table: pa.Table, row_group_bytes: int) -> list[int]:
-    """Row boundaries giving row groups of about ``row_group_bytes`` payload each, balanced."""
-    sizes = table_row_bytes(table)
+def row_group_cuts(
+    table: pa.Table, row_group_bytes: int, row_bytes: np.ndarray | None = None
+) -> list[int]:
+    """Row boundaries giving row groups of about ``row_group_bytes`` payload each, balanced.
+
+    ``row_bytes``: the table's ``table_row_bytes``, when the caller has them already."""
+    sizes = _row_bytes(table, row_bytes)
     return contiguous_cuts(sizes, num_parts_for(int(sizes.sum()), row_group_bytes))
 
 
@@ -103,12 +108,18 @@ def write_shard(
     index_start: int,
     row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
     encoding: ShardEncoding | str = "parquet",
+    row_bytes: np.ndarray | None = None,
 ) -> ShardRecord:
-    """Write ``table`` (already in the spec's schema) to ``root/rel_path`` and return its record."""
+    """Write ``table`` (already in the spec's schema) to ``root/rel_path`` and return its record.
+
+    ``row_bytes``: the table's ``table_row_bytes``, when the caller needs them too and has computed
+    them once (``build_shard`` keeps them for the sample index); computed here otherwise.
+    """
     if table.num_rows == 0:
         raise ValueError(f"{rel_path}: refusing to write an empty shard")
     codec = get_encoding(encoding) if isinstance(encoding, str) else encoding
-    cuts = row_group_cuts(table, row_group_bytes)
+    sizes = _row_bytes(table, row_bytes)
+    cuts = row_group_cuts(table, row_group_bytes, sizes)
     # combine chunks so page boundaries never depend on how the caller's batches were cut
     groups = [table.slice(a, b - a).combine_chunks() for a, b in itertools.pairwise(cuts)]
     with atomic_open(os.path.join(root, rel_path)) as raw:
@@ -120,10 +131,18 @@ def write_shard(
     return ShardRecord(
         path=rel_path,
         bytes=sink.size,
-        payload_bytes=int(table_row_bytes(table).sum()),
+        payload_bytes=int(sizes.sum()),
         rows=table.num_rows,
         row_groups=tuple(g.num_rows for g in groups),
         sha256=sink.sha256.hexdigest(),
         index_start=index_start,
         index_end=index_start + table.num_rows,
     )
+
+
+def _row_bytes(table: pa.Table, row_bytes: np.ndarray | None) -> np.ndarray:
+    if row_bytes is None:
+        return table_row_bytes(table)
+    if len(row_bytes) != table.num_rows:
+        raise ValueError(f"{len(row_bytes)} row sizes for a table of {table.num_rows} rows")
+    return row_bytes

@@ -1,5 +1,6 @@
 """Verify a dataset against its manifest: every listed file's size and sha256, shard row counts,
-no unlisted files under ``data/`` or ``videos/``, and no temporary leftovers anywhere."""
+the sample index's row count, no unlisted files under ``data/`` or ``videos/``, and no temporary
+leftovers anywhere."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from shardfeed.formats.atomic import is_temp_name
 from shardfeed.formats.encoding import get_encoding
@@ -17,7 +19,7 @@ from shardfeed.formats.layout import LISTED_DIRS
 from shardfeed.formats.reader import load_manifest
 from shardfeed.formats.storage import Location, locate
 from shardfeed.schemas.errors import UnsafePathError
-from shardfeed.schemas.manifest import MANIFEST_PATH, Manifest
+from shardfeed.schemas.manifest import MANIFEST_PATH, SAMPLE_INDEX_PATH, Manifest
 
 PROBLEM_KINDS = ("missing", "size", "hash", "rows", "extra", "unsafe", "unreadable")
 _READ_CHUNK = 8 << 20
@@ -88,7 +90,7 @@ def verify_location(
         if progress is not None:
             progress(shard.bytes)
     for i, record in enumerate(manifest.files):
-        _check_file(
+        ok = _check_file(
             location,
             record.path,
             record.bytes,
@@ -98,6 +100,8 @@ def verify_location(
             check_hashes,
         )
         report.files_checked += 1
+        if ok and record.path == SAMPLE_INDEX_PATH:
+            _check_sample_index_rows(location, manifest.num_samples, report)
     listed = {s.path for s in manifest.shards} | {f.path for f in manifest.files} | {MANIFEST_PATH}
     for directory in LISTED_DIRS:
         for rel in location.list_files(directory):
@@ -171,5 +175,26 @@ def _check_rows(location: Location, shard, encoding, report: VerifyReport) -> No
                 shard.path,
                 "rows",
                 f"footer has {rows} rows in {len(groups)} groups, manifest says {shard.rows} in {len(shard.row_groups)}",
+            )
+        )
+
+
+def _check_sample_index_rows(location: Location, num_samples: int, report: VerifyReport) -> None:
+    """The sample index holds one row per sample (its Parquet footer only; no value is read)."""
+    try:
+        if location.is_local:
+            rows = pq.read_metadata(location.path(SAMPLE_INDEX_PATH)).num_rows
+        else:
+            with location.open_input(SAMPLE_INDEX_PATH) as handle:
+                rows = pq.read_metadata(handle).num_rows
+    except (OSError, ValueError, pa.ArrowException) as err:
+        report.problems.append(Problem(SAMPLE_INDEX_PATH, "unreadable", str(err)))
+        return
+    if rows != num_samples:
+        report.problems.append(
+            Problem(
+                SAMPLE_INDEX_PATH,
+                "rows",
+                f"footer has {rows} rows, manifest says {num_samples} samples",
             )
         )

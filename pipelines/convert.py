@@ -210,14 +210,16 @@ def shard_inputs_digest(
 
 def reusable_outcome(dst: str, sidecar: str, inputs: str) -> ShardOutcome | None:
     """The outcome an earlier, interrupted run recorded for the same shard inputs, if every file it
-    names is still whole (size and sha256 re-checked); else None and the shard is written anew."""
+    names is still whole (size and sha256 re-checked); else None and the shard is written anew.
+
+    A sidecar from an older shardfeed, without the shard's row sizes, is never reused."""
     try:
         with open(sidecar, encoding="utf-8") as handle:
             state = json.load(handle)
-        if state.get("inputs") != inputs:
+        if state.get("inputs") != inputs or "row_bytes" not in state["outcome"]:
             return None
         outcome = ShardOutcome.from_state(state["outcome"])
-    except (OSError, ValueError, KeyError, TypeError, ShardfeedError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, ShardfeedError):
         return None
     records = [outcome.record, *getattr(outcome, "files", ())]  # the shard, and its videos if any
     if not all(_file_matches(os.path.join(dst, r.path), r.bytes, r.sha256) for r in records):

@@ -27,6 +27,7 @@ from shardfeed.schemas.paths import check_relative_path
 FORMAT_VERSION = "1.0"
 FORMAT_MAJOR = 1
 MANIFEST_PATH = "meta/shardfeed/manifest.json"
+SAMPLE_INDEX_PATH = "meta/shardfeed/samples.parquet"
 ENCODINGS = ("parquet",)
 
 

@@ -135,6 +135,7 @@ def test_episodic_dataset_lists_its_lerobot_metadata(datasets):
     assert [f["path"] for f in manifest["files"]] == [
         "meta/episodes/chunk-000/file-000.parquet",
         "meta/info.json",
+        "meta/shardfeed/samples.parquet",
         "meta/stats.json",
         "meta/tasks.parquet",
     ]

@@ -1,0 +1,173 @@
+"""The per-sample size index, ``meta/shardfeed/samples.parquet``: each sample's payload bytes.
+
+Row ``i`` is the sample with global index ``i``; its one column ``bytes`` is that row's
+``table_row_bytes`` (the quantity whose per-shard sum is the shard record's ``payload_bytes``).
+Planners balance ranks on it without reading a payload. The file is written at conversion, just
+before the manifest, which lists it in ``files``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from shardfeed.formats.atomic import atomic_open
+from shardfeed.formats.meta_writer import file_record
+from shardfeed.formats.reader import Dataset, load_manifest
+from shardfeed.formats.storage import Location, locate
+from shardfeed.schemas.errors import ShardfeedError
+from shardfeed.schemas.manifest import SAMPLE_INDEX_PATH, FileRecord, Manifest
+
+__all__ = [
+    "ROW_GROUP_ROWS",
+    "SampleIndexError",
+    "SampleIndexMissingError",
+    "prefix_bytes",
+    "read_sample_bytes",
+    "write_sample_index",
+]
+
+COLUMN = "bytes"
+ROW_GROUP_ROWS = 1 << 20  # rows per Parquet row group (4 MiB of uint32 before compression)
+_UINT32_LIMIT = 1 << 32
+
+
+class SampleIndexError(ShardfeedError):
+    """``samples.parquet`` is unreadable or disagrees with the manifest."""
+
+
+class SampleIndexMissingError(SampleIndexError):
+    """The dataset has no ``samples.parquet`` (converted before the index existed)."""
+
+
+def write_sample_index(root: str, row_bytes: Sequence[np.ndarray]) -> FileRecord:
+    """Write ``root/meta/shardfeed/samples.parquet`` from per-shard size arrays, in shard order.
+
+    The column is ``uint32`` when every value is below 2**32, else ``uint64``; it is not nullable.
+    Row groups hold exactly :data:`ROW_GROUP_ROWS` rows (the last fewer), so the bytes depend on
+    the sizes alone, never on how they were split into shards. Written atomically, zstd.
+    """
+    arrays = [np.asarray(a).reshape(-1) for a in row_bytes]
+    if any(a.size and a.min() < 0 for a in arrays):
+        raise ValueError("sample sizes must be >= 0")
+    wide = any(a.size and int(a.max()) >= _UINT32_LIMIT for a in arrays)
+    dtype = np.uint64 if wide else np.uint32
+    schema = pa.schema([pa.field(COLUMN, pa.from_numpy_dtype(dtype), nullable=False)])
+    with (
+        atomic_open(os.path.join(root, SAMPLE_INDEX_PATH)) as handle,
+        pq.ParquetWriter(handle, schema, compression="zstd") as writer,
+    ):
+        for chunk in _fixed_chunks(arrays, ROW_GROUP_ROWS, dtype):
+            writer.write_table(pa.table([chunk], schema=schema), row_group_size=ROW_GROUP_ROWS)
+    return file_record(root, SAMPLE_INDEX_PATH)
+
+
+def read_sample_bytes(
+    dataset: Dataset | Location | str | os.PathLike[str],
+    manifest: Manifest | None = None,
+    *,
+    filesystem: pafs.FileSystem | None = None,
+) -> np.ndarray:
+    """Every sample's payload bytes, in global index order, as ``uint32`` or ``uint64``.
+
+    ``dataset`` is an open :class:`Dataset`, a :class:`Location`, or a path or URI (reached with
+    ``filesystem`` if given). ``manifest`` defaults to the dataset's own. The file must be listed
+    in the manifest, match its size and sha256, hold ``num_samples`` rows, and sum per shard to
+    each shard's ``payload_bytes``; otherwise a :class:`SampleIndexError` says which check failed
+    (:class:`SampleIndexMissingError` when the dataset predates the index).
+    """
+    if isinstance(dataset, Dataset):
+        location, manifest = dataset.location, manifest or dataset.manifest
+    else:
+        location = dataset if isinstance(dataset, Location) else locate(dataset, filesystem)
+        manifest = manifest or load_manifest(location)
+    where = f"{location.display}/{SAMPLE_INDEX_PATH}"
+    record = next((f for f in manifest.files if f.path == SAMPLE_INDEX_PATH), None)
+    if record is None:
+        raise SampleIndexMissingError(
+            f"{location.display} has no {SAMPLE_INDEX_PATH}: it was converted before the sample "
+            "index existed; re-run shardfeed convert"
+        )
+    data = _read(location, where)
+    if len(data) != record.bytes or hashlib.sha256(data).hexdigest() != record.sha256:
+        raise SampleIndexError(f"{where}: size or sha256 does not match the manifest")
+    try:
+        table = pq.read_table(pa.BufferReader(data))
+    except (OSError, ValueError, pa.ArrowException) as err:
+        raise SampleIndexError(f"{where}: unreadable ({err})") from None
+    column_type = table.schema.field(COLUMN).type if COLUMN in table.schema.names else None
+    if column_type not in (pa.uint32(), pa.uint64()) or table.column(COLUMN).null_count:
+        raise SampleIndexError(
+            f"{where}: expected a non-null uint32 or uint64 column {COLUMN!r}, got {table.schema}"
+        )
+    sizes = table.column(COLUMN).to_numpy()
+    if len(sizes) != manifest.num_samples:
+        raise SampleIndexError(
+            f"{where}: {len(sizes)} rows, but the manifest has {manifest.num_samples} samples"
+        )
+    _check_shard_sums(sizes, manifest, where)
+    return sizes
+
+
+def prefix_bytes(sizes: np.ndarray) -> np.ndarray:
+    """Cumulative sizes as int64, length ``N + 1``: ``out[0] == 0`` and ``out[i]`` is the total
+    payload of samples ``[0, i)``, so samples ``[a, b)`` weigh ``out[b] - out[a]`` bytes."""
+    values = np.asarray(sizes).reshape(-1)
+    out = np.zeros(len(values) + 1, dtype=np.int64)
+    np.cumsum(values, dtype=np.int64, out=out[1:])
+    return out
+
+
+def _fixed_chunks(arrays: Sequence[np.ndarray], rows: int, dtype: type) -> Iterator[pa.Array]:
+    """The concatenation of ``arrays`` as ``dtype``, cut into pieces of exactly ``rows`` (the last
+    fewer); holds at most one piece plus one input array at a time."""
+    pending: list[np.ndarray] = []
+    held = 0
+    for array in arrays:
+        pending.append(array.astype(dtype, copy=False))
+        held += len(array)
+        if held < rows:
+            continue
+        merged = np.concatenate(pending)
+        cut = len(merged) - len(merged) % rows
+        for start in range(0, cut, rows):
+            yield pa.array(merged[start : start + rows])
+        pending, held = [merged[cut:]], len(merged) - cut
+    if held:
+        yield pa.array(np.concatenate(pending))
+
+
+def _read(location: Location, where: str) -> bytes:
+    try:
+        return location.read_bytes(SAMPLE_INDEX_PATH)
+    except (FileNotFoundError, OSError) as err:
+        message = str(err).lower()
+        if isinstance(err, FileNotFoundError) or "not found" in message or "no such" in message:
+            raise SampleIndexError(
+                f"{where}: listed in the manifest but missing; re-run shardfeed convert"
+            ) from None
+        raise
+
+
+def _check_shard_sums(sizes: np.ndarray, manifest: Manifest, where: str) -> None:
+    """Each shard's sizes must add up to its ``payload_bytes`` (one int64 prefix sum, no loop)."""
+    if not manifest.shards:
+        return
+    prefix = prefix_bytes(sizes)
+    starts = np.array([s.index_start for s in manifest.shards], dtype=np.int64)
+    ends = np.array([s.index_end for s in manifest.shards], dtype=np.int64)
+    expected = np.array([s.payload_bytes for s in manifest.shards], dtype=np.int64)
+    bad = np.flatnonzero(prefix[ends] - prefix[starts] != expected)
+    if bad.size:
+        shard = manifest.shards[int(bad[0])]
+        got = int(prefix[shard.index_end] - prefix[shard.index_start])
+        raise SampleIndexError(
+            f"{where}: sizes of {shard.path} sum to {got}, its payload_bytes is "
+            f"{shard.payload_bytes} ({bad.size} shards disagree)"
+        )

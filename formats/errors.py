@@ -11,3 +11,7 @@ class IncompleteDatasetError(ShardfeedError):
 
 class CorruptShardError(ShardfeedError):
     """A shard disagrees with its manifest record (size, rows, row groups, schema or checksum)."""
+
+
+class AssignmentError(ShardfeedError):
+    """An assignment is missing, was modified, or was planned for a different dataset."""

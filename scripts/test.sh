@@ -3,7 +3,7 @@
 #
 #   --full   also run the long loops (sets SHARDFEED_FULL=1; not passed to pytest)
 #
-# Uses .venv (created if missing) with the [dev], [beam], [dask] and [video] extras installed. Sets SHARDFEED_CORPORA to
+# Uses .venv (created if missing) with the [dev], [beam], [dask], [video] and [plot] extras installed. Sets SHARDFEED_CORPORA to
 # ../shared/corpora when that folder exists and the variable is not already set.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -29,9 +29,9 @@ fi
 STAMP="$VENV/.shardfeed-dev-install"
 WANT="$(cat pyproject.toml scripts/test.sh | sha256sum | cut -d' ' -f1)"
 if [[ "$(cat "$STAMP" 2>/dev/null || true)" != "$WANT" ]]; then
-    echo "test.sh: installing -e '.[dev,beam,dask,video]' into $VENV"
+    echo "test.sh: installing -e '.[dev,beam,dask,video,plot]' into $VENV"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-        -e '.[dev,beam,dask,video]' 'setuptools>=69' wheel 2>&1 \
+        -e '.[dev,beam,dask,video,plot]' 'setuptools>=69' wheel 2>&1 \
         | { grep -v "Location .* is ignored" || true; } >&2
     echo "$WANT" >"$STAMP"
 fi

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from shardfeed.planning.assign import EpochPlan, World
 from shardfeed.planning.balance import max_over_mean
 from shardfeed.schemas.info import Info
 from shardfeed.schemas.manifest import Manifest
@@ -59,3 +62,64 @@ def _target_shard_bytes(manifest: Manifest) -> int | None:
     """The conversion's target shard size, from the provenance's content options (if recorded)."""
     value = manifest.provenance.content_options.get("target_shard_size")
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def assignment_summary(plan: EpochPlan, span_bytes: np.ndarray, world: World) -> dict[str, Any]:
+    """Per rank: node, samples, exact bytes, spans and the share of bytes from its node's home
+    shard set; per node: its shard set and bytes; and the balance over ranks."""
+    ranks = world.ranks
+    samples = np.bincount(plan.rank, weights=plan.spans.rows, minlength=ranks).astype(np.int64)
+    nbytes = np.bincount(plan.rank, weights=span_bytes, minlength=ranks).astype(np.int64)
+    spans = np.bincount(plan.rank, minlength=ranks)
+    home = np.bincount(plan.rank, weights=span_bytes * plan.home, minlength=ranks)
+    share = np.divide(home, nbytes, out=np.ones(ranks), where=nbytes > 0)
+    node = np.arange(ranks) // world.gpus_per_node
+    node_of_span = plan.rank // world.gpus_per_node
+    nodes = []
+    for n in range(world.nodes):
+        mine = node_of_span == n
+        nodes.append(
+            {
+                "node": n,
+                "home_shards": len(np.unique(plan.spans.shard[mine & plan.home])),
+                "shards_read": len(np.unique(plan.spans.shard[mine])),
+                "bytes": int(span_bytes[mine].sum()),
+                "home_share": round(
+                    float(home[node == n].sum() / max(1, nbytes[node == n].sum())), 4
+                ),
+            }
+        )
+    return {
+        "epoch": plan.epoch,
+        "samples_per_rank": plan.samples_per_rank,
+        "dropped": plan.dropped,
+        "padded": plan.padded,
+        "block_rows": plan.block_rows,
+        "ranks": [
+            {
+                "rank": r,
+                "node": int(node[r]),
+                "samples": int(samples[r]),
+                "bytes": int(nbytes[r]),
+                "spans": int(spans[r]),
+                "home_share": round(float(share[r]), 4),
+            }
+            for r in range(ranks)
+        ],
+        "nodes": nodes,
+        "samples_equal": bool(samples.min() == samples.max()) if ranks else True,
+        "bytes_max_over_mean": round(max_over_mean(nbytes.tolist()), 4),
+        "summary": {
+            name: {
+                "min": int(values.min()) if name != "home_share" else float(values.min()),
+                "max": int(values.max()) if name != "home_share" else float(values.max()),
+                "max_over_mean": round(max_over_mean(values.tolist()), 4),
+            }
+            for name, values in (
+                ("samples", samples),
+                ("bytes", nbytes),
+                ("spans", spans),
+                ("home_share", np.round(share, 4)),
+            )
+        },
+    }

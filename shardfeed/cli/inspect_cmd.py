@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from shardfeed.cli._common import EXIT_OK, print_json
+from shardfeed.cli import assignment_view
+from shardfeed.cli._common import EXIT_OK, fail, print_json
 from shardfeed.formats.reader import open_dataset
 from shardfeed.schemas.units import format_size
 from shardfeed.summary import dataset_summary
@@ -27,10 +28,27 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="N",
         help="list the first N shards in the table (default 10; 0 for none, -1 for all)",
     )
+    view = parser.add_argument_group("assignment view")
+    view.add_argument(
+        "--assignment",
+        metavar="NAME",
+        help="show assignment NAME instead: per-rank samples, bytes, spans and node-affinity share",
+    )
+    view.add_argument("--epoch", type=int, default=0, help="epoch to show (default 0)")
+    view.add_argument("--rank", type=int, help="show only this rank, with its spans")
+    view.add_argument(
+        "--plot",
+        metavar="OUT.png",
+        help="also draw per-rank bytes and per-node shard sets (needs shardfeed[plot])",
+    )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.assignment:
+        return assignment_view.run(args)
+    if args.plot or args.rank is not None:
+        return fail("--plot and --rank belong to the assignment view; add --assignment NAME", 2)
     with open_dataset(args.dataset) as ds:
         summary = dataset_summary(ds.manifest, ds.info)
         if args.json:

@@ -9,11 +9,11 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from shardfeed import __version__
-from shardfeed.cli import convert_cmd, inspect_cmd, rejects_cmd, verify_cmd
+from shardfeed.cli import assign_cmd, convert_cmd, inspect_cmd, rejects_cmd, verify_cmd
 from shardfeed.cli._common import EXIT_FAILED, fail
 from shardfeed.schemas.errors import ShardfeedError
 
-COMMANDS = (convert_cmd, inspect_cmd, verify_cmd, rejects_cmd)
+COMMANDS = (convert_cmd, inspect_cmd, verify_cmd, rejects_cmd, assign_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -138,7 +138,8 @@ def plan_epoch(
         block = block_rows_for(per_rank, _mean(sequence, row_bytes), policy.block_rows)
     stream, node = _epoch_order(homes, block, policy.seed, epoch)
     quota = world.gpus_per_node * per_rank
-    stream, held = _fit_to(stream, node, world.nodes, quota)
+    home = homes.is_own(node, stream.shard)
+    stream, held = _fit_to(stream, node, home, row_bytes, world.nodes, quota)
     blocks_per_rank = per_rank // block
     segments, block_id = _cut_blocks(stream, world, per_rank, blocks_per_rank)
     rank_of_block = _deal(row_bytes, segments, block_id, world, per_rank, blocks_per_rank)
@@ -185,8 +186,17 @@ def _epoch_order(homes: NodeHomes, block: int, seed: int, epoch: int) -> tuple[S
     return pieces.take(order), node[order]
 
 
-def _fit_to(stream: Spans, node: np.ndarray, nodes: int, quota: int) -> tuple[Spans, np.ndarray]:
-    """Exactly ``quota`` rows per node: the head of its stream, repeated while short.
+def _fit_to(
+    stream: Spans,
+    node: np.ndarray,
+    home: np.ndarray,
+    row_bytes: RowBytes,
+    nodes: int,
+    quota: int,
+) -> tuple[Spans, np.ndarray]:
+    """Exactly ``quota`` rows per node: its stream cut short, or followed by repeats while
+    short. Repeats take home-set pieces first (a node-local read) and, among those, pieces
+    whose bytes per row are nearest the mean, so padding never tips a rank's balance.
 
     Returns the node-major stream (node ``n`` at rows ``[n * quota, (n + 1) * quota)``) and each
     node's row count before fitting."""
@@ -196,7 +206,13 @@ def _fit_to(stream: Spans, node: np.ndarray, nodes: int, quota: int) -> tuple[Sp
     repeats = np.maximum(1, -(-quota // np.maximum(held, 1)))
     counts = pieces * repeats
     owner = np.repeat(np.arange(nodes), counts)
-    index = first[owner] + group_arange(counts) % pieces[owner]
+    within = group_arange(counts)
+    index = first[owner] + within % pieces[owner]
+    padding = within >= pieces[owner]
+    density = row_bytes.of(stream) / np.maximum(stream.rows, 1)
+    distance = np.abs(density - density.mean()) if len(density) else density
+    pad_order = np.lexsort((np.arange(len(stream)), distance, ~home, node))
+    index[padding] = pad_order[index[padding]]
     tiled = stream.take(index)
     starts = np.cumsum(held * repeats) - held * repeats
     keep = np.stack([starts, starts + quota], axis=1).reshape(-1)

@@ -1,8 +1,8 @@
 """Node home sets: which rows each node reads, fixed across epochs so node caches pay off.
 
-The input sequence (shards in manifest order) is cut by row count into ``nodes`` contiguous
-ranges, so a shard is split between two nodes only at a cut. Counts then match exactly, but bytes
-follow the sample sizes of each range. While a node's bytes drift more than ``tolerance`` from the
+The input spans (whole shards, for a fresh plan) are put in an order that keeps the running
+bytes close to rows x mean, then cut by row count into ``nodes`` contiguous ranges, so a shard is
+split between two nodes only at a cut. Counts then match exactly, and bytes nearly. While a node's bytes drift more than ``tolerance`` from the
 mean, the heaviest and the lightest node swap one sample each, the pair that evens them out best.
 A received sample comes from a shard outside the node's set, so each node receives at most
 ``max_exchange`` of its bytes that way. A node's *shard set* is the shards its range touches; the
@@ -51,6 +51,8 @@ def node_homes(
     total = sequence.total_rows
     bounds = np.arange(nodes + 1, dtype=np.int64) * total // nodes
     num_shards = len(row_bytes.offsets) - 1
+    if nodes > 1:
+        sequence = sequence.take(_level_order(sequence, row_bytes))
     pieces, node, _ = refine(sequence, bounds)
     own = sorted_unique(node * num_shards + pieces.shard)
     if nodes > 1 and total:
@@ -59,6 +61,26 @@ def node_homes(
             pieces, node = _apply(pieces, bounds, *moves)
     pieces, node = merge_adjacent(pieces, node)
     return NodeHomes(pieces, node, own, num_shards)
+
+
+def _level_order(sequence: Spans, row_bytes: RowBytes) -> np.ndarray:
+    """An order of the spans (shards) that keeps the running bytes close to rows x mean, so
+    equal-count ranges get near-equal bytes: after a dense span comes a sparse one."""
+    nbytes = row_bytes.of(sequence).astype(np.float64)
+    rows = sequence.rows.astype(np.float64)
+    excess = nbytes - rows * (nbytes.sum() / max(rows.sum(), 1.0))
+    dense = [int(i) for i in np.argsort(-excess, kind="stable") if excess[i] > 0]
+    sparse = [int(i) for i in np.argsort(excess, kind="stable") if excess[i] <= 0]
+    order, running, d, p = [], 0.0, 0, 0
+    while d < len(dense) or p < len(sparse):
+        if p == len(sparse) or (d < len(dense) and running <= 0):
+            order.append(dense[d])
+            d += 1
+        else:
+            order.append(sparse[p])
+            p += 1
+        running += excess[order[-1]]
+    return np.asarray(order, dtype=np.int64)
 
 
 class _NodeRows:

@@ -1,0 +1,162 @@
+"""``shardfeed assign DATASET``: plan and store what every rank reads, per epoch."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from shardfeed.cli._common import EXIT_OK, EXIT_USAGE, fail, print_json
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "assign",
+        help="plan per-rank reads (equal samples, balanced bytes, node-local) into the dataset",
+        description=(
+            "Plan which rows every (epoch, rank, worker) reads and store the plan as "
+            "meta/shardfeed/assignments/NAME.parquet plus NAME.json. Every rank gets the same "
+            "number of samples and near-equal bytes; each node reads mostly from its own set of "
+            "shards, the same every epoch; order is reshuffled per epoch. With --resume-from, "
+            "plan the rest of an epoch of an earlier assignment for this (new) world instead. "
+            "See docs/ASSIGNMENT.md."
+        ),
+    )
+    parser.add_argument("dataset", help="dataset directory (local; the plan is written into it)")
+    parser.add_argument("--nodes", type=int, required=True, help="nodes in the job")
+    parser.add_argument("--gpus-per-node", type=int, required=True, help="ranks per node")
+    parser.add_argument(
+        "--workers", type=int, default=1, help="loader workers per rank (default 1)"
+    )
+    parser.add_argument("--epochs", type=int, default=1, help="epochs to plan (default 1)")
+    parser.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="per-rank batch size: each rank's count becomes whole batches, and workers "
+        "get whole batches (default: none, i.e. 1)",
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--drop-last",
+        dest="mode",
+        action="store_const",
+        const="drop",
+        help="leave out the few samples that do not divide evenly (counted)",
+    )
+    mode.add_argument(
+        "--pad",
+        dest="mode",
+        action="store_const",
+        const="pad",
+        help="repeat a few samples so every sample is read (counted; the default)",
+    )
+    parser.set_defaults(mode="pad")
+    parser.add_argument(
+        "--block-rows",
+        type=int,
+        default=None,
+        help="rows per shuffle block, the unit each rank reads contiguously: larger reads "
+        "faster, smaller shuffles better (default: about 4 MiB of payload; capped so every "
+        "rank gets at least 64 blocks)",
+    )
+    parser.add_argument("--name", required=True, help="assignment name (A-Z a-z 0-9 . _ -)")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace an assignment of the same name"
+    )
+    resume = parser.add_argument_group("elastic resume")
+    resume.add_argument(
+        "--resume-from", metavar="NAME", help="assignment whose epoch was interrupted"
+    )
+    resume.add_argument(
+        "--resume-epoch", type=int, metavar="E", help="the interrupted epoch (with --resume-from)"
+    )
+    resume.add_argument(
+        "--samples-seen",
+        type=int,
+        metavar="N",
+        help="samples consumed in that epoch over all ranks of the old world (with --resume-from)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from shardfeed.assignment import World, load_assignment, plan_assignment, resume
+
+    world = World(args.nodes, args.gpus_per_node, args.workers)
+    started = time.monotonic()
+    if args.resume_from:
+        if args.resume_epoch is None or args.samples_seen is None:
+            return fail("--resume-from needs --resume-epoch and --samples-seen", EXIT_USAGE)
+        origin = load_assignment(args.dataset, args.resume_from)
+        planned = resume(origin, args.resume_epoch, args.samples_seen, world, name=args.name)
+    else:
+
+        def progress(epoch: int) -> None:
+            if sys.stderr.isatty():
+                sys.stderr.write(f"\rassign: planned epoch {epoch + 1}/{args.epochs}")
+                sys.stderr.flush()
+
+        planned = plan_assignment(
+            args.dataset,
+            world,
+            epochs=args.epochs,
+            seed=args.seed,
+            mode=args.mode,
+            batch_size=args.batch_size,
+            block_rows=args.block_rows,
+            name=args.name,
+            progress=progress,
+        )
+        if sys.stderr.isatty():
+            sys.stderr.write("\n")
+    planned.save(overwrite=args.overwrite)
+    seconds = round(time.monotonic() - started, 3)
+    reports = [planned.report(e) for e in planned.epochs]
+    if args.json:
+        print_json(
+            {
+                "header": planned.header.to_json(),
+                "epochs": [_brief(r) for r in reports],
+                "seconds": seconds,
+            }
+        )
+        return EXIT_OK
+    h = planned.header
+    print(
+        f"assignment {h.name}: {h.world.nodes} nodes x {h.world.gpus_per_node} GPUs x "
+        f"{h.world.workers} workers, mode {h.policy.mode}, seed {h.seed}"
+        + (
+            f", resumed from {h.resumed_from.name} epoch {h.resumed_from.epoch}"
+            if h.resumed_from
+            else ""
+        )
+    )
+    print(
+        f"  {'epoch':>5} {'samples/rank':>12} {'dropped':>8} {'padded':>7} {'spans':>9} {'bytes max/mean':>14} {'home share min':>14}"
+    )
+    for r in reports:
+        b = _brief(r)
+        print(
+            f"  {b['epoch']:>5} {b['samples_per_rank']:>12,} {b['dropped']:>8,} {b['padded']:>7,} "
+            f"{b['spans']:>9,} {b['bytes_max_over_mean']:>14.4f} {b['home_share_min']:>14.4f}"
+        )
+    print(
+        f"  wrote meta/shardfeed/assignments/{h.name}.parquet ({h.table.bytes:,} bytes) and {h.name}.json in {seconds} s"
+    )
+    return EXIT_OK
+
+
+def _brief(report: dict) -> dict:
+    return {
+        "epoch": report["epoch"],
+        "samples_per_rank": report["samples_per_rank"],
+        "dropped": report["dropped"],
+        "padded": report["padded"],
+        "spans": sum(r["spans"] for r in report["ranks"]),
+        "samples_equal": report["samples_equal"],
+        "bytes_max_over_mean": report["bytes_max_over_mean"],
+        "home_share_min": report["summary"]["home_share"]["min"],
+    }

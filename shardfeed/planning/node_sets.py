@@ -20,6 +20,7 @@ from shardfeed.planning.spans import RowBytes, Spans, merge_adjacent, refine, so
 DEFAULT_TOLERANCE = 0.003  # node bytes within 0.3% of the mean: leaves room for rank balance
 DEFAULT_MAX_EXCHANGE = 0.06  # keeps affinity at or above about 0.94
 _CANDIDATES = 64  # smallest samples of the light node tried per swap
+_MAX_CANDIDATES = 1 << 16  # samples per node considered for swaps
 
 
 @dataclass(frozen=True)
@@ -84,15 +85,18 @@ def _level_order(sequence: Spans, row_bytes: RowBytes) -> np.ndarray:
 
 
 class _NodeRows:
-    """One node's samples by size (computed on first use): sequence positions and sizes."""
+    """A node's swap candidates by size, computed on first use: every sample of a node up to
+    ``_MAX_CANDIDATES``, else an evenly strided subset, so memory stays bounded."""
 
     def __init__(self, pieces: Spans, row_bytes: RowBytes, first: int) -> None:
-        a, b = pieces.to_global(row_bytes.offsets)
-        counts = b - a
-        rows = np.repeat(a - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+        bounds = np.concatenate([[0], np.cumsum(pieces.rows)])
+        stride = max(1, -(-int(bounds[-1]) // _MAX_CANDIDATES))
+        local = np.arange(0, bounds[-1], stride)
+        piece = np.searchsorted(bounds, local, side="right") - 1
+        rows = row_bytes.offsets[pieces.shard[piece]] + pieces.start[piece] + local - bounds[piece]
         sizes = row_bytes.prefix[rows + 1] - row_bytes.prefix[rows]
         order = np.argsort(sizes, kind="stable")
-        self.position = first + order
+        self.position = first + local[order]
         self.size = sizes[order].astype(np.float64)
 
     def pop(self, i: int) -> int:

@@ -29,6 +29,8 @@ FORMAT_MAJOR = 1
 MANIFEST_PATH = "meta/shardfeed/manifest.json"
 SAMPLE_INDEX_PATH = "meta/shardfeed/samples.parquet"
 ENCODINGS = ("parquet",)
+#: what a sample's cost (``samples.parquet`` column ``cost``) counts, for size-aware batching
+COST_KINDS = ("tokens", "pixels", "frames", "bytes")
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,36 @@ class Provenance:
 
 
 @dataclass(frozen=True)
+class CostSpec:
+    """The per-sample cost recorded in ``samples.parquet`` (column ``cost``): what it counts and
+    bucket boundaries for batching, ascending; bucket ``k`` holds costs in
+    ``[buckets[k-1], buckets[k])`` (the first from 0, the last open-ended)."""
+
+    kind: str
+    buckets: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if self.kind not in COST_KINDS:
+            raise SchemaError("cost.kind", f"expected one of {COST_KINDS}, got {self.kind!r}")
+        if any(b <= a for a, b in zip(self.buckets, self.buckets[1:])):
+            raise SchemaError("cost.buckets", "boundaries must be strictly increasing")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "buckets": list(self.buckets)}
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str = "cost") -> CostSpec:
+        obj = require_object(obj, where)
+        return cls(
+            kind=get(obj, "kind", str, where),
+            buckets=tuple(
+                item_count(b, f"{where}.buckets[{i}]")
+                for i, b in enumerate(get(obj, "buckets", list, where))
+            ),
+        )
+
+
+@dataclass(frozen=True)
 class Manifest:
     num_samples: int
     fingerprint: str
@@ -175,8 +207,16 @@ class Manifest:
     provenance: Provenance
     encoding: str = "parquet"
     format_version: str = FORMAT_VERSION
+    #: the first ``hot_shards`` shards hold exactly the hot set (``convert --hot-weights``)
+    hot_shards: int = 0
+    cost: CostSpec | None = None
 
     def __post_init__(self) -> None:
+        if not 0 <= self.hot_shards <= len(self.shards):
+            raise SchemaError(
+                "hot_shards",
+                f"{self.hot_shards} is outside 0..{len(self.shards)} (the shard count)",
+            )
         expected = 0
         paths: set[str] = set()
         for i, shard in enumerate(self.shards):
@@ -206,6 +246,9 @@ class Manifest:
             "files": [f.to_json() for f in self.files],
             "rejects": self.rejects.to_json(),
             "provenance": self.provenance.to_json(),
+            # optional keys appear only when set, so older manifests keep their bytes
+            **({"hot_shards": self.hot_shards} if self.hot_shards else {}),
+            **({"cost": self.cost.to_json()} if self.cost is not None else {}),
         }
 
     def dumps(self) -> str:
@@ -251,6 +294,8 @@ class Manifest:
             files=tuple(FileRecord.from_json(f, f"files[{i}]") for i, f in enumerate(files)),
             rejects=Rejects.from_json(get(obj, "rejects", dict, "")),
             provenance=Provenance.from_json(get(obj, "provenance", dict, "")),
+            hot_shards=count(obj, "hot_shards", "") if "hot_shards" in obj else 0,
+            cost=CostSpec.from_json(obj["cost"]) if "cost" in obj else None,
         )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from shardfeed.schemas._strict import count, get, parse_version, require_object
 from shardfeed.schemas.errors import SchemaError
+from shardfeed.schemas.sidecar import DatasetRef, TableRecord
 
 FORMAT_VERSION = "1.0"
 FORMAT_MAJOR = 1
@@ -92,31 +93,6 @@ class PolicyRecord:
 
 
 @dataclass(frozen=True)
-class DatasetRef:
-    """The dataset an assignment was planned for; loading checks all three."""
-
-    fingerprint: str
-    num_samples: int
-    num_shards: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "fingerprint": self.fingerprint,
-            "num_samples": self.num_samples,
-            "num_shards": self.num_shards,
-        }
-
-    @classmethod
-    def from_json(cls, obj: Any, where: str) -> DatasetRef:
-        obj = require_object(obj, where)
-        return cls(
-            get(obj, "fingerprint", str, where),
-            count(obj, "num_samples", where),
-            count(obj, "num_shards", where),
-        )
-
-
-@dataclass(frozen=True)
 class EpochCounts:
     """Per epoch: samples each rank reads, samples left out (drop) or repeated (pad), the
     effective block size in rows and the number of spans."""
@@ -135,30 +111,6 @@ class EpochCounts:
     def from_json(cls, obj: Any, where: str) -> EpochCounts:
         obj = require_object(obj, where)
         return cls(*(count(obj, k, where) for k in cls.__dataclass_fields__))
-
-
-@dataclass(frozen=True)
-class TableRecord:
-    path: str
-    rows: int
-    bytes: int
-    sha256: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "rows": self.rows, "bytes": self.bytes, "sha256": self.sha256}
-
-    @classmethod
-    def from_json(cls, obj: Any, where: str) -> TableRecord:
-        obj = require_object(obj, where)
-        sha = get(obj, "sha256", str, where)
-        if not re.fullmatch(r"[0-9a-f]{64}", sha):
-            raise SchemaError(f"{where}.sha256", "expected 64 lowercase hex digits")
-        return cls(
-            get(obj, "path", str, where),
-            count(obj, "rows", where),
-            count(obj, "bytes", where),
-            sha,
-        )
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ host, time or destination, so the same input and content options give a byte-ide
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -179,7 +180,7 @@ class CostSpec:
     def __post_init__(self) -> None:
         if self.kind not in COST_KINDS:
             raise SchemaError("cost.kind", f"expected one of {COST_KINDS}, got {self.kind!r}")
-        if any(b <= a for a, b in zip(self.buckets, self.buckets[1:])):
+        if any(b <= a for a, b in itertools.pairwise(self.buckets)):
             raise SchemaError("cost.buckets", "boundaries must be strictly increasing")
 
     def to_json(self) -> dict[str, Any]:

@@ -9,31 +9,27 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
+from shardfeed.dataset_source import DatasetSource
 from shardfeed.formats import assignment_table
 from shardfeed.formats.errors import AssignmentError
-from shardfeed.formats.reader import Dataset, load_manifest
-from shardfeed.formats.sample_index import read_sample_bytes
-from shardfeed.formats.storage import Location, locate
+from shardfeed.formats.reader import Dataset
 from shardfeed.planning.assign import DROP, PAD, EpochPlan, Policy, World, plan_epoch, plan_homes
 from shardfeed.planning.resume import resume_epoch
 from shardfeed.planning.spans import RowBytes, Spans
 from shardfeed.schemas.assignment import (
     AssignmentHeader,
-    DatasetRef,
     EpochCounts,
     PolicyRecord,
     ResumeRecord,
-    TableRecord,
     WorldRecord,
     check_name,
     header_path,
 )
-from shardfeed.schemas.manifest import Manifest
+from shardfeed.schemas.sidecar import TableRecord
 from shardfeed.summary import assignment_summary
 
 __all__ = [
@@ -51,33 +47,12 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class _Source:
-    """The dataset an assignment belongs to: where it is and its manifest."""
-
-    location: Location
-    manifest: Manifest
-
-    @classmethod
-    def of(cls, dataset: Dataset | str | os.PathLike[str]) -> _Source:
-        if isinstance(dataset, Dataset):
-            return cls(dataset.location, dataset.manifest)
-        location = locate(dataset)
-        return cls(location, load_manifest(location))
-
-    def ref(self) -> DatasetRef:
-        m = self.manifest
-        return DatasetRef(m.fingerprint, m.num_samples, len(m.shards))
-
-    def row_bytes(self) -> RowBytes:
-        rows = np.array([s.rows for s in self.manifest.shards], dtype=np.int64)
-        return RowBytes.from_sizes(read_sample_bytes(self.location, self.manifest), rows)
-
-
 class Assignment:
     """A loaded or freshly planned assignment: its header and its span table in memory."""
 
-    def __init__(self, header: AssignmentHeader, columns: dict[str, np.ndarray], source: _Source):
+    def __init__(
+        self, header: AssignmentHeader, columns: dict[str, np.ndarray], source: DatasetSource
+    ):
         self.header = header
         self.columns = columns
         self._source = source
@@ -185,7 +160,7 @@ def plan_assignment(
         raise ValueError(f"epochs must be >= 1, got {epochs}")
     if seed < 0:
         raise ValueError(f"seed must be >= 0, got {seed}")
-    source = _Source.of(dataset)
+    source = DatasetSource.of(dataset)
     policy = Policy(mode, batch_size, block_rows, seed)
     row_bytes = source.row_bytes()
     sequence = Spans.whole_shards(np.diff(row_bytes.offsets))
@@ -214,7 +189,7 @@ def assign(
 def load_assignment(dataset: Dataset | str | os.PathLike[str], name: str) -> Assignment:
     """Load assignment ``name``; refuses one whose table was modified or which was planned
     for a different dataset (fingerprint, samples or shard count differ)."""
-    source = _Source.of(dataset)
+    source = DatasetSource.of(dataset)
     header = assignment_table.read_header(source.location, name)
     if header.name != name:
         raise AssignmentError(f"{header_path(name)} names itself {header.name!r}")
@@ -268,7 +243,7 @@ def _assemble(
     name: str,
     world: World,
     policy: Policy,
-    source: _Source,
+    source: DatasetSource,
     plans: Sequence[EpochPlan],
     resumed_from: ResumeRecord | None,
 ) -> Assignment:

@@ -15,3 +15,11 @@ class CorruptShardError(ShardfeedError):
 
 class AssignmentError(ShardfeedError):
     """An assignment is missing, was modified, or was planned for a different dataset."""
+
+
+class HotIndexError(ShardfeedError):
+    """The hot index or cache plan is missing, modified, or made for a different dataset."""
+
+
+class HotIndexMissingError(HotIndexError):
+    """The dataset has no hot index (run ``shardfeed hot`` first)."""

@@ -23,24 +23,38 @@ import json
 import os
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow.compute as pc
 
 from shardfeed.formats.atomic import atomic_write_bytes
-from shardfeed.formats.unit_table import UNIT_SUFFIX, read_totals, read_unit_sizes, work_part
+from shardfeed.formats.sources.base import unit_key
+from shardfeed.formats.unit_table import (
+    UNIT_SUFFIX,
+    KeyedUnit,
+    read_totals,
+    read_unit_sizes,
+    read_unit_tuples,
+    work_part,
+)
+from shardfeed.formats.weights_file import read_pairs
+from shardfeed.planning.hot import fill, heat_order
 from shardfeed.planning.shard_plan import (
     FINE_BUCKETS,
     BucketTotal,
     ContiguousPlan,
     ShardPlan,
+    hot_bucket,
+    plan_classes,
     plan_contiguous,
     plan_shards,
     totals_from_arrays,
 )
+from shardfeed.schemas.errors import ShardfeedError
 from shardfeed.schemas.rejects import RejectRecord
+from shardfeed.schemas.units import parse_size
 
 Plan = ShardPlan | ContiguousPlan
 PLAN_INFO = "plan.json"
@@ -49,10 +63,20 @@ _CONTIGUOUS = "plan-contiguous.json"
 
 
 @dataclass(frozen=True)
+class HotSettings:
+    """``convert --hot-weights FILE --hot-budget B``: units with the highest weights, up to
+    ``budget`` payload bytes (a size, or a share like ``10%``), go to dedicated leading shards."""
+
+    weights: str  # a file of ``key,weight``; keys as ``shardfeed.formats.sources.base.unit_key``
+    budget: str
+
+
+@dataclass(frozen=True)
 class PlanSettings:
     target_shard_bytes: int
     shuffled: bool
     max_reject_fraction: float
+    hot: HotSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -66,19 +90,35 @@ class PlanInfo:
     too_many_rejects: bool
     started: float  # wall clock (time.time) when planning began, i.e. the scan had ended
     finished: float
+    hot_shards: int = 0  # leading shards that hold the hot set
+    hot_units: int = 0
+    hot_keys_unmatched: int = 0  # keys of the weights file that named no unit
 
     @property
     def rejected_units(self) -> int:
         return sum(self.reject_counts.values())
 
 
-def plan_files(item: tuple[Any, Iterable[str]], work: str, settings: PlanSettings) -> Iterable[str]:
-    """(key, every scanned file) -> the files to write, once the plan is saved under ``work``."""
+def plan_files(
+    item: tuple[Any, Iterable[str]], work: str, settings: PlanSettings, source: object = None
+) -> Iterable[str]:
+    """(key, every scanned file) -> the files to write, once the plan is saved under ``work``.
+
+    ``source`` names units for hot weights (``settings.hot``)."""
     started = time.time()
     files = sorted(item[1])  # the same order as the driver's source.files()
     reject_files, reject_counts = collect_rejects(work)
-    if settings.shuffled:
-        plan: Plan = plan_shards(read_bucket_totals(work, files), settings.target_shard_bytes)
+    hot = HotChoice()
+    if settings.hot is not None:
+        if not settings.shuffled:
+            raise ShardfeedError("--hot-weights needs the shuffled plan; drop --no-shuffle")
+        totals = read_bucket_totals(work, files)
+        hot = choose_hot(work, files, source, settings.hot, sum(t.bytes for t in totals))
+        plan: Plan
+        plan, hot.shards = plan_classes(*hot.split(totals), settings.target_shard_bytes)
+        save_hot_positions(work, hot.positions)
+    elif settings.shuffled:
+        plan = plan_shards(read_bucket_totals(work, files), settings.target_shard_bytes)
     else:
         plan = plan_contiguous(
             [(f, _file_bytes(work, f)) for f in files],
@@ -98,9 +138,106 @@ def plan_files(item: tuple[Any, Iterable[str]], work: str, settings: PlanSetting
         too_many_rejects=too_many,
         started=started,
         finished=time.time(),
+        hot_shards=hot.shards,
+        hot_units=sum(len(p) for p in hot.positions.values()),
+        hot_keys_unmatched=hot.unmatched,
     )
     atomic_write_bytes(os.path.join(work, PLAN_INFO), json.dumps(info.__dict__).encode())
     return [] if too_many or not plan.num_shards else files
+
+
+@dataclass
+class HotChoice:
+    """The hot set: per source file, the positions of its hot units; their bucket totals."""
+
+    positions: dict[str, np.ndarray] = field(default_factory=dict)
+    units: list[BucketTotal] = field(default_factory=list)  # one per hot unit, original bucket
+    unmatched: int = 0
+    shards: int = 0
+
+    def split(self, totals: list[BucketTotal]) -> tuple[list[BucketTotal], list[BucketTotal]]:
+        """``(hot, rest)`` bucket totals: hot units move to their :func:`hot_bucket`."""
+        rest: dict[int, BucketTotal] = {}
+        for total in totals:
+            rest[total.bucket] = rest[total.bucket] + total if total.bucket in rest else total
+        hot: dict[int, BucketTotal] = {}
+        for unit in self.units:
+            b = rest[unit.bucket]
+            rest[unit.bucket] = BucketTotal(
+                b.bucket, b.units - 1, b.rows - unit.rows, b.bytes - unit.bytes
+            )
+            moved = BucketTotal(hot_bucket(unit.bucket), 1, unit.rows, unit.bytes)
+            hot[moved.bucket] = hot[moved.bucket] + moved if moved.bucket in hot else moved
+        return list(hot.values()), [t for t in rest.values() if t.units > 0]
+
+
+def choose_hot(
+    work: str, files: Sequence[str], source: object, hot: HotSettings, total_bytes: int
+) -> HotChoice:
+    """The units with the highest weights whose payload fits the budget (first fit in heat
+    order: weight, then smaller, then source order), read from every file's unit table."""
+    keys, values = read_pairs(hot.weights, "key", "weight", str)
+    weight_of = dict(zip(keys, values.tolist(), strict=True))
+    if len(weight_of) != len(keys):
+        raise ShardfeedError(f"{hot.weights}: a key appears twice")
+    budget = parse_share_or_size(hot.budget, total_bytes)
+    candidates: list[
+        tuple[str, int, int, int, int, float]
+    ] = []  # file, position, bucket, rows, bytes, w
+    matched = 0
+    for file in files:
+        for unit in read_unit_tuples(_part(work, "units", file)):
+            ref = KeyedUnit.from_tuple(unit).ref
+            weight = weight_of.get(unit_key(source, ref))
+            if weight is None:
+                continue
+            matched += 1
+            if weight > 0:
+                candidates.append(
+                    (file, ref.position, unit[1], ref.rows, ref.payload_bytes, weight)
+                )
+    weights = np.array([c[5] for c in candidates], dtype=np.float64)
+    sizes = np.array([c[4] for c in candidates], dtype=np.int64)
+    chosen = sorted(fill(heat_order(weights, sizes), sizes, budget).tolist())
+    choice = HotChoice(unmatched=len(weight_of) - matched)
+    by_file: dict[str, list[int]] = {}
+    for i in chosen:
+        file, position, bucket, rows, nbytes, _ = candidates[i]
+        by_file.setdefault(file, []).append(position)
+        choice.units.append(BucketTotal(bucket, 1, rows, nbytes))
+    choice.positions = {f: np.array(sorted(p), dtype=np.int64) for f, p in by_file.items()}
+    return choice
+
+
+def save_hot_positions(work: str, positions: dict[str, np.ndarray]) -> None:
+    for file, values in positions.items():
+        buffer = io.BytesIO()
+        np.save(buffer, values, allow_pickle=False)
+        atomic_write_bytes(work_part(work, "hot", file, ".npy"), buffer.getvalue(), durable=False)
+
+
+def hot_positions(work: str, file: str) -> np.ndarray:
+    """Positions of ``file``'s hot units (sorted), empty when it has none."""
+    try:
+        return np.load(work_part(work, "hot", file, ".npy"), allow_pickle=False)
+    except FileNotFoundError:
+        return np.zeros(0, dtype=np.int64)
+
+
+def parse_share_or_size(spec: str, total: int) -> int:
+    """``"10%"`` of ``total``, or a size such as ``"2GB"``."""
+    text = spec.strip()
+    if text.endswith("%"):
+        try:
+            share = float(text[:-1])
+        except ValueError:
+            raise ShardfeedError(
+                f"bad budget {spec!r}: expected a size or a share like 10%"
+            ) from None
+        if not 0 <= share <= 100:
+            raise ShardfeedError(f"bad budget {spec!r}: a share must be within 0..100%")
+        return int(total * share / 100)
+    return parse_size(text)
 
 
 def read_plan_info(work: str) -> PlanInfo | None:

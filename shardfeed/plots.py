@@ -8,6 +8,7 @@ import numpy as np
 
 from shardfeed.formats.atomic import temp_name
 from shardfeed.planning.assign import EpochPlan
+from shardfeed.planning.hot import coverage_curve
 from shardfeed.schemas.errors import ShardfeedError
 
 
@@ -60,6 +61,33 @@ def plot_assignment(report: dict, plan: EpochPlan, span_bytes: np.ndarray, out: 
     share = min((n["home_share"] for n in report["nodes"]), default=1.0)
     bottom.set_title(f"MB each node reads from each shard (lowest home share {share:.3f})")
     fig.colorbar(image, ax=bottom, label="MB")
+    _save(fig, plt, out)
+
+
+def plot_hot_cdf(hot, out: str) -> None:
+    """The hot-set CDF: share of expected accessed bytes (and of accesses) served against cache
+    size, as a share of the dataset's payload."""
+    plt = _pyplot()
+    dataset_bytes = sum(s.payload_bytes for s in hot.source.manifest.shards) or 1
+    order = np.arange(len(hot.index))
+    cum_bytes, bytes_share = coverage_curve(hot.accesses, hot.bytes, order)
+    counts = np.concatenate([[0.0], np.cumsum(hot.accesses)])
+    step = max(1, len(cum_bytes) // 4000)  # a few thousand points draw the same curve
+    x = cum_bytes[::step] / dataset_bytes * 100
+    fig, axis = plt.subplots(figsize=(8, 5), constrained_layout=True)
+    axis.plot(x, bytes_share[::step] * 100, label="expected accessed bytes")
+    axis.plot(x, counts[::step] / max(counts[-1], 1e-300) * 100, label="expected accesses", ls="--")
+    axis.set_xlabel("cache size, % of the dataset's payload (hottest samples first)")
+    axis.set_ylabel("served from the cache, %")
+    axis.set_xlim(0, 100)
+    axis.set_ylim(0, 100)
+    axis.grid(alpha=0.3)
+    axis.legend(loc="lower right")
+    axis.set_title(f"hot-set CDF: {hot.header.samples:,} samples ({hot.header.source.kind})")
+    _save(fig, plt, out)
+
+
+def _save(fig, plt, out: str) -> None:
     tmp = temp_name(out)
     fig.savefig(tmp, format="png", dpi=110)
     plt.close(fig)

@@ -99,3 +99,12 @@ class SourceReader(Protocol):
 
     def read(self, refs: Sequence[UnitRef], spec: FeatureSpec) -> pa.Table:
         """Rows of ``refs`` in the given order, in ``spec``'s Arrow schema."""
+
+
+def unit_key(source: object, ref: UnitRef) -> str:
+    """A unit's user-facing id, as ``shardfeed rejects`` would name it: ``SOURCE`` when the
+    source file is the unit (an image), else ``SOURCE#POSITION`` (``part.jsonl#line:12``,
+    ``data/chunk-000/file-000.parquet#episode:3``). Weights given to ``convert`` use it."""
+    locate = getattr(source, "reject_location", None)
+    where, position = locate(ref) if locate else (ref.file, str(ref.position))
+    return f"{where}#{position}" if position else where

@@ -640,6 +640,10 @@ class JsonlSource:
                 features.append(Feature(name, KIND_DTYPES[kind], (1,), extra=extra))
         return FeatureSpec(tuple(features))
 
+    def reject_location(self, ref: UnitRef) -> tuple[str, str]:
+        """``(source, position)`` naming a unit, as its rejects do: ``(file, "line:N")``."""
+        return ref.file, f"line:{ref.position}"
+
     def meta(self) -> DatasetMeta:
         return DatasetMeta()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from shardfeed.cli import assignment_view
+from shardfeed.cli import assignment_view, hot_view
 from shardfeed.cli._common import EXIT_OK, fail, print_json
 from shardfeed.formats.reader import open_dataset
 from shardfeed.schemas.units import format_size
@@ -41,14 +41,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="OUT.png",
         help="also draw per-rank bytes and per-node shard sets (needs shardfeed[plot])",
     )
+    parser.add_argument(
+        "--hot",
+        action="store_true",
+        help="show the hot index instead: the coverage curve (share of expected accesses "
+        "served against cache bytes); with --plot, the hot-set CDF",
+    )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.hot and args.assignment:
+        return fail("--hot and --assignment are separate views; pick one", 2)
+    if args.hot:
+        return hot_view.run(args)
     if args.assignment:
         return assignment_view.run(args)
     if args.plot or args.rank is not None:
-        return fail("--plot and --rank belong to the assignment view; add --assignment NAME", 2)
+        return fail("--plot and --rank belong to the --assignment (or --hot) view", 2)
     with open_dataset(args.dataset) as ds:
         summary = dataset_summary(ds.manifest, ds.info)
         if args.json:

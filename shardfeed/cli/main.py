@@ -9,11 +9,11 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from shardfeed import __version__
-from shardfeed.cli import assign_cmd, convert_cmd, inspect_cmd, rejects_cmd, verify_cmd
+from shardfeed.cli import assign_cmd, convert_cmd, hot_cmd, inspect_cmd, rejects_cmd, verify_cmd
 from shardfeed.cli._common import EXIT_FAILED, fail
 from shardfeed.schemas.errors import ShardfeedError
 
-COMMANDS = (convert_cmd, inspect_cmd, verify_cmd, rejects_cmd, assign_cmd)
+COMMANDS = (convert_cmd, inspect_cmd, verify_cmd, rejects_cmd, assign_cmd, hot_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return args.run(args, extra) if getattr(args, "accepts_extra", False) else args.run(args)
-    except ShardfeedError as err:
+    except (ShardfeedError, ValueError) as err:  # bad input or arguments: a message, no traceback
         return fail(str(err))
     except (OSError, KeyError, pa.ArrowException) as err:
         return fail(f"{type(err).__name__}: {err}")

@@ -20,6 +20,7 @@ from shardfeed.planning.partition import num_parts_for
 
 FINE_BUCKETS = 1 << 20  # fixed, so a unit's bucket is known while scanning, before any total
 BIG_BUCKET_BASE = 1 << 62  # bucket ids at or above this hold exactly one oversized unit
+HOT_BUCKET_BASE = 1 << 61  # a hot unit's bucket: HOT_BUCKET_BASE + its fine bucket
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,27 @@ def plan_shards(totals: Iterable[BucketTotal], target_bytes: int) -> ShardPlan:
         units[shard] += total.units
         nbytes[shard] += total.bytes
     return ShardPlan(shard_of, tuple(rows), tuple(units), tuple(nbytes))
+
+
+def hot_bucket(bucket: int) -> int:
+    """The bucket a unit moves to when it joins the hot set: fine buckets get their own id
+    range, so hot and other units never share one; an oversized unit keeps its own bucket."""
+    return bucket if bucket >= BIG_BUCKET_BASE else HOT_BUCKET_BASE + bucket
+
+
+def plan_classes(
+    hot: Iterable[BucketTotal], rest: Iterable[BucketTotal], target_bytes: int
+) -> tuple[ShardPlan, int]:
+    """Plan the hot units' buckets (ids from :func:`hot_bucket`) and the rest separately, hot
+    shards first: each class is balanced on its own and no shard mixes the two. Returns the
+    plan and the number of leading hot shards."""
+    first, second = plan_shards(hot, target_bytes), plan_shards(rest, target_bytes)
+    shift = first.num_shards
+    shard_of = {**first.shard_of, **{b: s + shift for b, s in second.shard_of.items()}}
+    plan = ShardPlan(
+        shard_of, first.rows + second.rows, first.units + second.units, first.bytes + second.bytes
+    )
+    return plan, shift
 
 
 def totals_from_arrays(

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Node-cache benchmark, one command: hot-index pinning vs no cache, sample-level LRU and shard-level
+# LRU on a replayed Zipf(1.0) sampling trace (a pure numpy simulation, no I/O).
+#
+#   bash scripts/bench_cache.sh             # full size: 200k samples, 3 epochs, 8 nodes, a few seconds
+#   bash scripts/bench_cache.sh --quick     # 50k samples
+#   bash scripts/bench_cache.sh --help      # every option of scripts/bench_cache.py
+#
+# Uses .venv when it exists (scripts/test.sh creates it); otherwise creates it with the core install
+# (pip install -e .), which is all this benchmark needs. Set BENCH_VENV to use another venv.
+# The last line printed is a JSON object: {"saved_vs_nocache": f, "vs_lru": r, "staging_gb": g, ...}.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+VENV=${BENCH_VENV:-.venv}
+
+if [[ ! -x "$VENV/bin/python" ]]; then
+    echo "bench_cache: creating $VENV" >&2
+    python3 -m venv "$VENV"
+fi
+if ! "$VENV/bin/python" -c "import numpy, shardfeed.planning.hot" 2>/dev/null; then
+    echo "bench_cache: installing -e . into $VENV" >&2
+    # pip may warn that a configured --find-links "Location ... is ignored"; that is harmless.
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e . 2>&1 \
+        | { grep -v "Location .* is ignored" || true; } >&2
+fi
+
+exec "$VENV/bin/python" scripts/bench_cache.py "$@"

@@ -49,3 +49,56 @@ def format_size(num_bytes: int | float) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
+
+
+_BANDWIDTH_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*/\s*s\s*$", re.ASCII)
+
+
+def parse_bandwidth(text: str | int) -> int:
+    """Parse '12GB/s', '400 GB/s', '1.5TiB/s' into integer bytes per second; an int is bytes/s.
+
+    The units are those of :func:`parse_size` (GB = 10^9, GiB = 2^30) followed by ``/s``. The
+    prefix letter may be either case, but the ``B`` must be upper case: ``100Gb/s`` is the usual
+    spelling of 100 gigabits per second, which is 12.5 GB/s, so a lower-case ``b`` is refused
+    rather than read as bytes.
+    """
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text < 0:
+            raise ValueError(f"bandwidth must be >= 0, got {text}")
+        return text
+    match = _BANDWIDTH_RE.match(str(text))
+    if not match:
+        raise ValueError(
+            f"invalid bandwidth {text!r}: expected a number with a unit like 12GB/s or 1.5TiB/s"
+        )
+    number, unit = match.groups()
+    if unit.endswith("b"):
+        raise ValueError(
+            f"invalid bandwidth unit {unit!r} in {text!r}: a lower-case 'b' means bits; "
+            "write bytes, e.g. 12.5GB/s for 100Gb/s"
+        )
+    factor = _UNITS.get(unit.upper())
+    if factor is None:
+        raise ValueError(
+            f"invalid bandwidth unit {unit!r} in {text!r}: use B/s, KB/s, MB/s, GB/s, TB/s, PB/s "
+            "or KiB/s, MiB/s, GiB/s, TiB/s, PiB/s"
+        )
+    value = float(number) * factor
+    if value != value or value == float("inf"):
+        raise ValueError(f"invalid bandwidth {text!r:.60}: the number is too large")
+    return round(value)
+
+
+def format_decimal_size(num_bytes: float) -> str:
+    """Format a byte count in decimal units (GB = 10^9) to 4 significant digits, e.g. '3.5 TB'."""
+    value = float(num_bytes)
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
+        if abs(value) < 1000 or unit == "PB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.4g} {unit}"
+        value /= 1000
+    raise AssertionError("unreachable")
+
+
+def format_rate(bytes_per_s: float) -> str:
+    """Format a rate in decimal units (GB/s = 10^9 bytes/s), e.g. '390.6 MB/s'."""
+    return f"{format_decimal_size(bytes_per_s)}/s"

@@ -9,11 +9,19 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from shardfeed import __version__
-from shardfeed.cli import assign_cmd, convert_cmd, hot_cmd, inspect_cmd, rejects_cmd, verify_cmd
+from shardfeed.cli import (
+    assign_cmd,
+    convert_cmd,
+    hot_cmd,
+    inspect_cmd,
+    plan_cmd,
+    rejects_cmd,
+    verify_cmd,
+)
 from shardfeed.cli._common import EXIT_FAILED, fail
 from shardfeed.schemas.errors import ShardfeedError
 
-COMMANDS = (convert_cmd, inspect_cmd, verify_cmd, rejects_cmd, assign_cmd, hot_cmd)
+COMMANDS = (convert_cmd, inspect_cmd, verify_cmd, rejects_cmd, assign_cmd, hot_cmd, plan_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,12 +48,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.run(args, extra) if getattr(args, "accepts_extra", False) else args.run(args)
     except (ShardfeedError, ValueError) as err:  # bad input or arguments: a message, no traceback
         return fail(str(err))
+    except BrokenPipeError:  # e.g. `shardfeed inspect ds | head`; before OSError, its base
+        return EXIT_FAILED
     except (OSError, KeyError, pa.ArrowException) as err:
         return fail(f"{type(err).__name__}: {err}")
     except KeyboardInterrupt:
         return fail("interrupted", 130)
-    except BrokenPipeError:  # e.g. `shardfeed inspect ds | head`
-        return EXIT_FAILED
 
 
 if __name__ == "__main__":

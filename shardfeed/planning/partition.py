@@ -67,8 +67,13 @@ def _min_max_cuts(cum: np.ndarray, num_parts: int) -> list[int]:
             lo = mid + 1
         else:
             hi = mid
-    cuts = _greedy(cum, lo, num_parts) or [0, len(cum) - 1]
-    return _split_to(cum, cuts, min(num_parts, len(cum) - 1))
+    n, parts = len(cum) - 1, min(num_parts, len(cum) - 1)
+    forward = _greedy(cum, lo, num_parts) or [0, n]
+    # packing from the right too: left to right alone can leave a sliver as the last part
+    mirrored = _greedy(cum[-1] - cum[::-1], lo, num_parts) or [0, n]
+    backward = [n - c for c in reversed(mirrored)]
+    candidates = [_split_to(cum, cuts, parts) for cuts in (forward, backward)]
+    return min(candidates, key=lambda cuts: _imbalance(cum, cuts))
 
 
 def _split_to(cum: np.ndarray, cuts: list[int], num_parts: int) -> list[int]:

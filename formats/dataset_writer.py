@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from shardfeed.formats.columns import TableLike, conform, to_table
+from shardfeed.formats.cost import resolve_cost_kind
 from shardfeed.formats.payload import table_row_bytes
 from shardfeed.formats.publish import (
     DEFAULT_TARGET_SHARD_BYTES,
@@ -46,6 +47,7 @@ class DatasetWriter:
 
     A dataset is episodic when its features include ``episode_index``: then an episode must sit in
     one shard, ``index`` (if present) must run 0..N-1 in file order, and ``meta/episodes`` is written.
+    ``cost``: what the per-sample cost in ``samples.parquet`` counts (``formats/cost.py``).
     """
 
     def __init__(
@@ -61,6 +63,7 @@ class DatasetWriter:
         encoding: str = "parquet",
         source: str = "",
         content_options: Mapping[str, Any] | None = None,
+        cost: str = "auto",
         overwrite: bool = False,
     ) -> None:
         self.root = os.fspath(root)
@@ -74,8 +77,10 @@ class DatasetWriter:
             encoding=encoding,
             source=source,
             content_options=dict(content_options or {}),
+            cost=cost,
         )
         self.episodic = "episode_index" in self.spec
+        resolve_cost_kind(self.spec, cost)  # refuse a kind the features cannot give, up front
         self._outcomes: list[ShardOutcome] = []
         self._episodes: set[int] = set()
         prepare_root(self.root, overwrite)
@@ -141,11 +146,14 @@ def write_dataset(
     source: str = "",
     content_options: Mapping[str, Any] | None = None,
     rejects: Rejects | None = None,
+    cost: str = "auto",
     overwrite: bool = False,
 ) -> Manifest:
     """Write ``data`` (rows in final order) as a complete dataset with size-balanced shards.
 
     ``target_shard_size`` and ``row_group_size`` are payload bytes (ints or strings like ``'100MB'``).
+    ``cost`` is what each sample's cost in ``samples.parquet`` counts: ``auto`` (from the feature
+    types), ``tokens``, ``pixels``, ``frames`` or ``bytes`` (see ``formats/cost.py``).
     The data is held in memory; the Beam pipeline is the tool for corpora that are not.
     """
     target = parse_size(target_shard_size)
@@ -163,6 +171,7 @@ def write_dataset(
             "row_group_size": parse_size(row_group_size),
             **(content_options or {}),
         },
+        cost=cost,
         overwrite=overwrite,
     )
     table = (

@@ -24,6 +24,7 @@ import zstandard
 from shardfeed import __version__
 from shardfeed.formats.atomic import atomic_write_bytes
 from shardfeed.formats.columns import column_to_numpy
+from shardfeed.formats.cost import COST_CHOICES, cost_buckets, resolve_cost_kind, row_cost
 from shardfeed.formats.encoding import get_encoding
 from shardfeed.formats.image_stats import image_stats_per_episode
 from shardfeed.formats.layout import DATASET_DIRS, chunk_file_index, data_path, episodes_path
@@ -46,6 +47,7 @@ from shardfeed.schemas.features import Feature, FeatureSpec
 from shardfeed.schemas.info import DEFAULT_VIDEO_PATH, Info
 from shardfeed.schemas.manifest import (
     MANIFEST_PATH,
+    CostSpec,
     FileRecord,
     Manifest,
     Provenance,
@@ -63,7 +65,11 @@ class DatasetExistsError(ShardfeedError):
 
 @dataclass(frozen=True)
 class DatasetOptions:
-    """What a dataset's bytes depend on besides its rows (content options go in provenance)."""
+    """What a dataset's bytes depend on besides its rows (content options go in provenance).
+
+    ``cost``: what each sample's cost in ``samples.parquet`` counts, one of
+    :data:`~shardfeed.formats.cost.COST_CHOICES` (``auto`` infers it from the feature types).
+    """
 
     tasks: tuple[str, ...] = ()
     fps: int | float = 0
@@ -73,6 +79,11 @@ class DatasetOptions:
     encoding: str = "parquet"
     source: str = ""
     content_options: Mapping[str, Any] = field(default_factory=dict)
+    cost: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.cost not in COST_CHOICES:
+            raise ValueError(f"cost must be one of {COST_CHOICES}, got {self.cost!r}")
 
     @property
     def data_template(self) -> str:
@@ -87,11 +98,12 @@ class ShardOutcome:
     """A written shard: its manifest record, its stats and (episodic data) its episodes.
 
     ``row_bytes`` is each row's payload bytes (int64, ``table_row_bytes``), in row order: it must
-    have ``record.rows`` values summing to ``record.payload_bytes``; ``publish`` writes them to the
-    sample index. ``files`` are other files written with the shard (its videos), for the
-    manifest's ``files``. ``to_state``/``from_state`` give a JSON form, so parallel writers can
-    leave outcomes as small sidecar files that ``publish`` reads back in shard order (never
-    pickles); the sizes go in it zstd-compressed.
+    have ``record.rows`` values summing to ``record.payload_bytes``. ``row_cost`` is each row's
+    cost (int64, ``formats.cost.row_cost`` of the options' cost kind), ``record.rows`` values.
+    ``publish`` writes both to the sample index. ``files`` are other files written with the
+    shard (its videos), for the manifest's ``files``. ``to_state``/``from_state`` give a JSON
+    form, so parallel writers can leave outcomes as small sidecar files that ``publish`` reads
+    back in shard order (never pickles); sizes and costs go in it zstd-compressed.
     """
 
     number: int
@@ -99,10 +111,12 @@ class ShardOutcome:
     stats: dict[str, FeatureStats]
     episodes: list[EpisodeRecord]
     row_bytes: np.ndarray
+    row_cost: np.ndarray
     files: list[FileRecord] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.row_bytes = np.asarray(self.row_bytes, dtype=np.int64).reshape(-1)
+        self.row_cost = np.asarray(self.row_cost, dtype=np.int64).reshape(-1)
         total = int(self.row_bytes.sum())
         if len(self.row_bytes) != self.record.rows or total != self.record.payload_bytes:
             raise ShardfeedError(
@@ -110,12 +124,18 @@ class ShardOutcome:
                 f"summing to {total}, but the shard has {self.record.rows} rows and "
                 f"{self.record.payload_bytes} payload bytes"
             )
+        if len(self.row_cost) != self.record.rows or (self.row_cost < 0).any():
+            raise ShardfeedError(
+                f"shard {self.number} ({self.record.path}): {len(self.row_cost)} row costs for "
+                f"{self.record.rows} rows (costs must be >= 0)"
+            )
 
     def to_state(self) -> dict[str, Any]:
         return {
             "number": self.number,
             "record": self.record.to_json(),
             "row_bytes": _encode_sizes(self.row_bytes),
+            "row_cost": _encode_sizes(self.row_cost),
             "stats": {name: s.to_state() for name, s in self.stats.items()},
             "episodes": [
                 {
@@ -151,16 +171,18 @@ class ShardOutcome:
             for e in state["episodes"]
         ]
         number = state["number"]
-        if "row_bytes" not in state:
-            raise ShardfeedError(
-                f"shard {number}: the outcome has no row_bytes (written by an older shardfeed)"
-            )
+        for key in _PER_ROW:
+            if key not in state:
+                raise ShardfeedError(
+                    f"shard {number}: the outcome has no {key} (written by an older shardfeed)"
+                )
         return cls(
             number=int(number),
             record=ShardRecord.from_json(state["record"], f"shard[{number}]"),
             stats={name: FeatureStats.from_state(s) for name, s in state["stats"].items()},
             episodes=episodes,
-            row_bytes=_decode_sizes(state["row_bytes"], f"shard {number}"),
+            row_bytes=_decode_sizes(state["row_bytes"], f"shard {number}", "row_bytes"),
+            row_cost=_decode_sizes(state["row_cost"], f"shard {number}", "row_cost"),
             files=[
                 FileRecord.from_json(f, f"shard[{number}].files[{i}]")
                 for i, f in enumerate(state.get("files", []))
@@ -235,7 +257,8 @@ def build_shard(
         for episode, source_id in zip(episodes, source_episode_ids, strict=True):
             episode.source_episode_index = int(source_id)
     record = dataclasses.replace(record, units=len(episodes) if episodic else record.rows)
-    return ShardOutcome(number, record, stats, episodes, row_bytes)
+    cost = row_cost(table, spec, resolve_cost_kind(spec, options.cost), row_bytes)
+    return ShardOutcome(number, record, stats, episodes, row_bytes, cost)
 
 
 def add_videos(
@@ -279,6 +302,10 @@ def publish(
     """Write stats, tasks, episodes, info and the sample index from the shard outcomes, then the
     manifest, last.
 
+    The manifest's ``cost`` names the cost kind of ``options.cost`` for ``spec`` and holds
+    :func:`~shardfeed.formats.cost.cost_buckets` of every sample's cost; the kind is also
+    recorded as the content option ``cost``.
+
     ``stats``: the outcomes' stats already merged in shard order (a pipeline's CombineFn did it);
     by default they are merged here."""
     outcomes = sorted(outcomes, key=lambda o: o.number)
@@ -308,38 +335,46 @@ def publish(
     files.append(
         write_info(root, _info(spec, options, num_samples, len(episodes) if episodic else 0))
     )
-    files.append(write_sample_index(root, [o.row_bytes for o in outcomes]))
+    costs = [o.row_cost for o in outcomes]
+    files.append(write_sample_index(root, [o.row_bytes for o in outcomes], cost=costs))
     files.extend(extra_files)
     files.extend(f for o in outcomes for f in o.files)
     files.sort(key=lambda r: r.path)
+    kind = resolve_cost_kind(spec, options.cost)
+    content_options = {**options.content_options, "cost": kind}
     manifest = Manifest(
         num_samples=num_samples,
-        fingerprint=compute_fingerprint([s.sha256 for s in shards], options.content_options, files),
+        fingerprint=compute_fingerprint([s.sha256 for s in shards], content_options, files),
         shards=shards,
         files=tuple(files),
         rejects=rejects or Rejects(),
-        provenance=Provenance(options.source, options.content_options, __version__),
+        provenance=Provenance(options.source, content_options, __version__),
         encoding=options.encoding,
+        cost=CostSpec(kind, cost_buckets(np.concatenate(costs) if costs else np.zeros(0))),
     )
     atomic_write_bytes(os.path.join(root, MANIFEST_PATH), manifest.dumps().encode())
     return manifest
 
 
+_PER_ROW = ("row_bytes", "row_cost")  # per-row arrays of an outcome's state (``_encode_sizes``)
+
+
 def _encode_sizes(sizes: np.ndarray) -> dict[str, str]:
-    """Row sizes as compact JSON: the narrowest of uint32/uint64, little-endian, zstd, base64."""
+    """Per-row counts (sizes, costs) as compact JSON: the narrowest of uint32/uint64,
+    little-endian, zstd, base64."""
     dtype = "uint64" if sizes.size and int(sizes.max()) >= 1 << 32 else "uint32"
     raw = sizes.astype("<u8" if dtype == "uint64" else "<u4").tobytes()
     blob = zstandard.ZstdCompressor(level=3).compress(raw)
     return {"dtype": dtype, "zstd_b64": base64.b64encode(blob).decode("ascii")}
 
 
-def _decode_sizes(state: Mapping[str, Any], where: str) -> np.ndarray:
+def _decode_sizes(state: Mapping[str, Any], where: str, name: str) -> np.ndarray:
     try:
         dtype = {"uint32": "<u4", "uint64": "<u8"}[state["dtype"]]
         raw = zstandard.ZstdDecompressor().decompress(base64.b64decode(state["zstd_b64"]))
         return np.frombuffer(raw, dtype=dtype).astype(np.int64)
     except (KeyError, TypeError, ValueError, zstandard.ZstdError) as err:
-        raise ShardfeedError(f"{where}: unreadable row_bytes ({err!r})") from None
+        raise ShardfeedError(f"{where}: unreadable {name} ({err!r})") from None
 
 
 def _info(spec: FeatureSpec, options: DatasetOptions, num_samples: int, episodes: int) -> Info:

@@ -1,9 +1,11 @@
-"""The per-sample size index, ``meta/shardfeed/samples.parquet``: each sample's payload bytes.
+"""The per-sample index, ``meta/shardfeed/samples.parquet``: each sample's payload bytes and cost.
 
-Row ``i`` is the sample with global index ``i``; its one column ``bytes`` is that row's
-``table_row_bytes`` (the quantity whose per-shard sum is the shard record's ``payload_bytes``).
-Planners balance ranks on it without reading a payload. The file is written at conversion, just
-before the manifest, which lists it in ``files``.
+Row ``i`` is the sample with global index ``i``. Column ``bytes`` is that row's ``table_row_bytes``
+(the quantity whose per-shard sum is the shard record's ``payload_bytes``): planners balance
+ranks on it without reading a payload. Column ``cost`` (datasets written since it existed) is the
+row's cost of the manifest's ``cost.kind`` (``formats/cost.py``): size-aware batching packs batches
+under a budget of it. The file is written at conversion, just before the manifest, which lists it
+in ``files``.
 """
 
 from __future__ import annotations
@@ -26,14 +28,17 @@ from shardfeed.schemas.manifest import SAMPLE_INDEX_PATH, FileRecord, Manifest
 
 __all__ = [
     "ROW_GROUP_ROWS",
+    "SampleCostMissingError",
     "SampleIndexError",
     "SampleIndexMissingError",
     "prefix_bytes",
     "read_sample_bytes",
+    "read_sample_cost",
     "write_sample_index",
 ]
 
 COLUMN = "bytes"
+COST_COLUMN = "cost"
 ROW_GROUP_ROWS = 1 << 20  # rows per Parquet row group (4 MiB of uint32 before compression)
 _UINT32_LIMIT = 1 << 32
 
@@ -46,25 +51,38 @@ class SampleIndexMissingError(SampleIndexError):
     """The dataset has no ``samples.parquet`` (converted before the index existed)."""
 
 
-def write_sample_index(root: str, row_bytes: Sequence[np.ndarray]) -> FileRecord:
-    """Write ``root/meta/shardfeed/samples.parquet`` from per-shard size arrays, in shard order.
+class SampleCostMissingError(SampleIndexMissingError):
+    """The dataset records no per-sample cost (converted before the ``cost`` column existed)."""
 
-    The column is ``uint32`` when every value is below 2**32, else ``uint64``; it is not nullable.
-    Row groups hold exactly :data:`ROW_GROUP_ROWS` rows (the last fewer), so the bytes depend on
-    the sizes alone, never on how they were split into shards. Written atomically, zstd.
+
+def write_sample_index(
+    root: str, row_bytes: Sequence[np.ndarray], cost: Sequence[np.ndarray] | None = None
+) -> FileRecord:
+    """Write ``root/meta/shardfeed/samples.parquet`` from per-shard size arrays, in shard order,
+    and, with ``cost``, per-shard cost arrays of the same lengths as a second column ``cost``.
+
+    Each column is ``uint32`` when every value is below 2**32, else ``uint64``; neither is
+    nullable. Row groups hold exactly :data:`ROW_GROUP_ROWS` rows (the last fewer), so the bytes
+    depend on the values alone, never on how they were split into shards. Written atomically,
+    zstd.
     """
-    arrays = [np.asarray(a).reshape(-1) for a in row_bytes]
-    if any(a.size and a.min() < 0 for a in arrays):
-        raise ValueError("sample sizes must be >= 0")
-    wide = any(a.size and int(a.max()) >= _UINT32_LIMIT for a in arrays)
-    dtype = np.uint64 if wide else np.uint32
-    schema = pa.schema([pa.field(COLUMN, pa.from_numpy_dtype(dtype), nullable=False)])
+    columns = {COLUMN: _per_shard(row_bytes, "sample sizes")}
+    if cost is not None:
+        columns[COST_COLUMN] = _per_shard(cost, "sample costs")
+        lengths = [[len(a) for a in arrays] for arrays in columns.values()]
+        if lengths[0] != lengths[1]:
+            raise ValueError(f"per-shard lengths differ: sizes {lengths[0]}, costs {lengths[1]}")
+    dtypes = {name: _narrowest(arrays) for name, arrays in columns.items()}
+    schema = pa.schema(
+        [pa.field(n, pa.from_numpy_dtype(d), nullable=False) for n, d in dtypes.items()]
+    )
+    pieces = [_fixed_chunks(columns[name], ROW_GROUP_ROWS, dtypes[name]) for name in columns]
     with (
         atomic_open(os.path.join(root, SAMPLE_INDEX_PATH)) as handle,
         pq.ParquetWriter(handle, schema, compression="zstd") as writer,
     ):
-        for chunk in _fixed_chunks(arrays, ROW_GROUP_ROWS, dtype):
-            writer.write_table(pa.table([chunk], schema=schema), row_group_size=ROW_GROUP_ROWS)
+        for chunks in zip(*pieces, strict=True):
+            writer.write_table(pa.table(list(chunks), schema=schema), row_group_size=ROW_GROUP_ROWS)
     return file_record(root, SAMPLE_INDEX_PATH)
 
 
@@ -82,11 +100,38 @@ def read_sample_bytes(
     each shard's ``payload_bytes``; otherwise a :class:`SampleIndexError` says which check failed
     (:class:`SampleIndexMissingError` when the dataset predates the index).
     """
-    if isinstance(dataset, Dataset):
-        location, manifest = dataset.location, manifest or dataset.manifest
-    else:
-        location = dataset if isinstance(dataset, Location) else locate(dataset, filesystem)
-        manifest = manifest or load_manifest(location)
+    location, manifest = _manifest_of(dataset, manifest, filesystem)
+    sizes = _read_column(location, manifest, COLUMN)
+    _check_shard_sums(sizes, manifest, f"{location.display}/{SAMPLE_INDEX_PATH}")
+    return sizes
+
+
+def read_sample_cost(
+    dataset: Dataset | Location | str | os.PathLike[str],
+    manifest: Manifest | None = None,
+    *,
+    filesystem: pafs.FileSystem | None = None,
+) -> np.ndarray:
+    """Every sample's cost, in global index order, as ``uint32`` or ``uint64``; what it counts is
+    the manifest's ``cost.kind`` (``tokens``, ``pixels``, ``frames`` or ``bytes``).
+
+    Arguments and checks as :func:`read_sample_bytes` (file record, size, sha256, row count);
+    :class:`SampleCostMissingError` when the dataset was converted before costs were recorded
+    (no manifest ``cost`` and no ``cost`` column), :class:`SampleIndexError` when only one of
+    the two is there.
+    """
+    location, manifest = _manifest_of(dataset, manifest, filesystem)
+    if manifest.cost is None:
+        raise SampleCostMissingError(
+            f"{location.display}: the manifest records no per-sample cost; it was converted "
+            "before costs existed; re-run shardfeed convert"
+        )
+    return _read_column(location, manifest, COST_COLUMN)
+
+
+def _read_column(location: Location, manifest: Manifest, column: str) -> np.ndarray:
+    """One column of the index, after checking the file's record, size and sha256, the column's
+    type and nulls, and its row count."""
     where = f"{location.display}/{SAMPLE_INDEX_PATH}"
     record = next((f for f in manifest.files if f.path == SAMPLE_INDEX_PATH), None)
     if record is None:
@@ -98,21 +143,50 @@ def read_sample_bytes(
     if len(data) != record.bytes or hashlib.sha256(data).hexdigest() != record.sha256:
         raise SampleIndexError(f"{where}: size or sha256 does not match the manifest")
     try:
-        table = pq.read_table(pa.BufferReader(data))
+        parquet = pq.ParquetFile(pa.BufferReader(data))
+        names = parquet.schema_arrow.names
+        table = parquet.read(columns=[column]) if column in names else None
     except (OSError, ValueError, pa.ArrowException) as err:
         raise SampleIndexError(f"{where}: unreadable ({err})") from None
-    column_type = table.schema.field(COLUMN).type if COLUMN in table.schema.names else None
-    if column_type not in (pa.uint32(), pa.uint64()) or table.column(COLUMN).null_count:
+    if table is None and column == COST_COLUMN:
         raise SampleIndexError(
-            f"{where}: expected a non-null uint32 or uint64 column {COLUMN!r}, got {table.schema}"
+            f"{where}: the manifest records a cost, but there is no column 'cost'"
         )
-    sizes = table.column(COLUMN).to_numpy()
-    if len(sizes) != manifest.num_samples:
+    column_type = table.schema.field(column).type if table is not None else None
+    if column_type not in (pa.uint32(), pa.uint64()) or table.column(column).null_count:
         raise SampleIndexError(
-            f"{where}: {len(sizes)} rows, but the manifest has {manifest.num_samples} samples"
+            f"{where}: expected a non-null uint32 or uint64 column {column!r}, got "
+            f"{parquet.schema_arrow}"
         )
-    _check_shard_sums(sizes, manifest, where)
-    return sizes
+    values = table.column(column).to_numpy()
+    if len(values) != manifest.num_samples:
+        raise SampleIndexError(
+            f"{where}: {len(values)} rows, but the manifest has {manifest.num_samples} samples"
+        )
+    return values
+
+
+def _manifest_of(
+    dataset: Dataset | Location | str | os.PathLike[str],
+    manifest: Manifest | None,
+    filesystem: pafs.FileSystem | None,
+) -> tuple[Location, Manifest]:
+    if isinstance(dataset, Dataset):
+        return dataset.location, manifest or dataset.manifest
+    location = dataset if isinstance(dataset, Location) else locate(dataset, filesystem)
+    return location, manifest or load_manifest(location)
+
+
+def _per_shard(arrays: Sequence[np.ndarray], what: str) -> list[np.ndarray]:
+    out = [np.asarray(a).reshape(-1) for a in arrays]
+    if any(a.size and a.min() < 0 for a in out):
+        raise ValueError(f"{what} must be >= 0")
+    return out
+
+
+def _narrowest(arrays: Sequence[np.ndarray]) -> type:
+    wide = any(a.size and int(a.max()) >= _UINT32_LIMIT for a in arrays)
+    return np.uint64 if wide else np.uint32
 
 
 def prefix_bytes(sizes: np.ndarray) -> np.ndarray:

@@ -212,11 +212,14 @@ def reusable_outcome(dst: str, sidecar: str, inputs: str) -> ShardOutcome | None
     """The outcome an earlier, interrupted run recorded for the same shard inputs, if every file it
     names is still whole (size and sha256 re-checked); else None and the shard is written anew.
 
-    A sidecar from an older shardfeed, without the shard's row sizes, is never reused."""
+    A sidecar from an older shardfeed, without the shard's row sizes or costs, is never reused."""
     try:
         with open(sidecar, encoding="utf-8") as handle:
             state = json.load(handle)
-        if state.get("inputs") != inputs or "row_bytes" not in state["outcome"]:
+        if (
+            state.get("inputs") != inputs
+            or not {"row_bytes", "row_cost"} <= state["outcome"].keys()
+        ):
             return None
         outcome = ShardOutcome.from_state(state["outcome"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError, ShardfeedError):

@@ -18,6 +18,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 
+from shardfeed.formats.cost import resolve_cost_kind
 from shardfeed.formats.layout import LISTED_DIRS
 from shardfeed.formats.meta_writer import file_record
 from shardfeed.formats.publish import DatasetOptions, ShardOutcome, prepare_root, publish
@@ -59,6 +60,7 @@ class ConvertConfig:
     image_format: str = "keep"
     max_image_side: int | None = None
     max_reject_fraction: float = 0.01
+    cost: str = "auto"  # what samples.parquet's per-sample cost counts (formats/cost.py)
     overwrite: bool = False
     progress: bool = False  # force the progress line even when stderr is not a terminal
     source_options: dict[str, Any] = field(default_factory=dict)
@@ -132,6 +134,7 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
         row_group_bytes=config.row_group_bytes,
         source=os.path.basename(os.path.abspath(config.src).rstrip("/")),
         content_options=config.content_options(kind),
+        cost=config.cost,
     )
     graph = GraphConfig(dst=dst, seed=config.shuffle_seed or 0, options=options)
     if takeover:
@@ -154,6 +157,7 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
         inferred = _merge_inferred(source, graph, files)
         clock.mark("infer")
     spec = source.spec(inferred)
+    resolve_cost_kind(spec, config.cost)  # refuse a cost kind the features cannot give, up front
 
     progress = WorkDirProgress(graph.work, len(files), force=config.progress)
     settings = PlanSettings(

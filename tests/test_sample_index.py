@@ -72,7 +72,8 @@ def assert_sample_index_is_right(root: Path) -> np.ndarray:
     assert compute_fingerprint(shard_hashes, options, others) != manifest.fingerprint
 
     parquet = pq.ParquetFile(path)
-    assert parquet.schema_arrow == pa.schema([pa.field("bytes", pa.uint32(), nullable=False)])
+    assert parquet.schema_arrow.names == ["bytes", "cost"]  # cost: tests/test_cost.py
+    assert parquet.schema_arrow.field("bytes") == pa.field("bytes", pa.uint32(), nullable=False)
     assert parquet.metadata.row_group(0).column(0).compression == "ZSTD"
     values = parquet.read().column("bytes").to_numpy()
     assert len(values) == manifest.num_samples > 0
@@ -310,7 +311,7 @@ def test_outcome_state_round_trips_row_bytes(tmp_path):
 
 def test_outcome_state_keeps_sizes_above_uint32(tmp_path):
     record = ShardRecord("data/x.parquet", 10, 2**33 + 5, 2, (2,), "0" * 64, 0, 2)
-    outcome = ShardOutcome(0, record, {}, [], np.array([2**33, 5]))
+    outcome = ShardOutcome(0, record, {}, [], np.array([2**33, 5]), np.array([1, 1]))
     state = json.loads(json.dumps(outcome.to_state()))
     assert state["row_bytes"]["dtype"] == "uint64"
     assert ShardOutcome.from_state(state).row_bytes.tolist() == [2**33, 5]

@@ -150,6 +150,7 @@ def test_values_round_trip_and_the_dataset_verifies(reference, tmp_path):
     provenance = ds.manifest.provenance
     assert provenance.source == "beam"
     assert provenance.content_options == {
+        "cost": "pixels",  # the resolved cost kind, recorded by publish
         "from": "beam",
         "row_group_size": 4000,
         "shuffle_seed": 0,

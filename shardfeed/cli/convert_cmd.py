@@ -88,6 +88,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="shrink images so the longer side is at most N pixels",
     )
     parser.add_argument(
+        "--cost",
+        choices=["auto", "tokens", "pixels", "frames", "bytes"],
+        default="auto",
+        help="what each sample's cost in meta/shardfeed/samples.parquet counts, for size-aware "
+        "batching: auto picks pixels with an image feature, else tokens with a string feature, "
+        "else frames for episodic data, else bytes (default auto)",
+    )
+    parser.add_argument(
         "--progress",
         action="store_true",
         help="always show the progress line (by default only when stderr is a terminal)",
@@ -147,6 +155,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         image_format=args.image_format,
         max_image_side=args.max_image_side,
         max_reject_fraction=args.max_reject_fraction,
+        cost=args.cost,
         overwrite=args.overwrite,
         progress=args.progress,
         source_options=source_options,

@@ -298,6 +298,7 @@ def publish(
     rejects: Rejects | None = None,
     extra_files: Sequence[FileRecord] = (),
     stats: Mapping[str, FeatureStats] | None = None,
+    hot_shards: int = 0,
 ) -> Manifest:
     """Write stats, tasks, episodes, info and the sample index from the shard outcomes, then the
     manifest, last.
@@ -307,7 +308,7 @@ def publish(
     recorded as the content option ``cost``.
 
     ``stats``: the outcomes' stats already merged in shard order (a pipeline's CombineFn did it);
-    by default they are merged here."""
+    by default they are merged here. ``hot_shards``: how many leading shards hold the hot set."""
     outcomes = sorted(outcomes, key=lambda o: o.number)
     if [o.number for o in outcomes] != list(range(len(outcomes))):
         raise ShardfeedError(
@@ -351,6 +352,7 @@ def publish(
         provenance=Provenance(options.source, content_options, __version__),
         encoding=options.encoding,
         cost=CostSpec(kind, cost_buckets(np.concatenate(costs) if costs else np.zeros(0))),
+        hot_shards=hot_shards,
     )
     atomic_write_bytes(os.path.join(root, MANIFEST_PATH), manifest.dumps().encode())
     return manifest

@@ -35,16 +35,16 @@ from shardfeed.formats.unit_table import (
     write_totals,
     write_units,
 )
-from shardfeed.pipelines.plan_stage import Plan, PlanSettings, load_plan, plan_files
+from shardfeed.pipelines.plan_stage import Plan, PlanSettings, hot_positions, load_plan, plan_files
 from shardfeed.pipelines.stats_combine import MergeShardStats, StatsState, save_merged_stats
-from shardfeed.planning.shard_plan import ContiguousPlan, ShardPlan, bucket_of
+from shardfeed.planning.shard_plan import ContiguousPlan, ShardPlan, bucket_of, hot_bucket
 from shardfeed.schemas.errors import ShardfeedError
 from shardfeed.schemas.features import FeatureSpec
 from shardfeed.schemas.manifest import canonical_json
 from shardfeed.transforms.hashing import shuffle_key
 
 WORK_DIR = ".shardfeed-work"  # under DST while a run is in flight; removed after publishing
-_BUCKET, _PAYLOAD = 1, 5  # positions in a KeyedUnit.to_tuple()
+_BUCKET, _POSITION, _PAYLOAD = 1, 3, 5  # positions in a KeyedUnit.to_tuple()
 PREVIOUS = "previous-shards"  # sidecars of an interrupted run, under WORK_DIR, checked for reuse
 
 
@@ -118,7 +118,11 @@ def keyed_by_shard(file: str, config: GraphConfig) -> Iterable[tuple[int, list[t
         sizes = np.array([u[_PAYLOAD] for u in units], dtype=np.int64)
         shards = plan.shards_of(file, sizes).tolist()
     else:
-        shards = [plan.shard_of[u[_BUCKET]] for u in units]
+        hot = set(hot_positions(config.work, file).tolist())  # hot units move to hot buckets
+        shards = [
+            plan.shard_of[hot_bucket(u[_BUCKET]) if u[_POSITION] in hot else u[_BUCKET]]
+            for u in units
+        ]
     by_shard: dict[int, list[tuple]] = {}
     for shard, unit in zip(shards, units, strict=True):
         by_shard.setdefault(shard, []).append(unit)
@@ -295,11 +299,12 @@ class ScanFiles(beam.PTransform):
 
 
 class PlanShards(beam.PTransform):
-    """scanned file paths -> the same paths once the plan is saved (none above the reject limit)."""
+    """scanned file paths -> the same paths once the plan is saved (none above the reject limit);
+    ``source`` names units for hot weights."""
 
-    def __init__(self, config: GraphConfig, settings: PlanSettings) -> None:
+    def __init__(self, config: GraphConfig, settings: PlanSettings, source: SourceReader) -> None:
         super().__init__()
-        self.config, self.settings = config, settings
+        self.config, self.settings, self.source = config, settings, source
 
     def expand(self, files: beam.PCollection) -> beam.PCollection:
         return (
@@ -307,7 +312,7 @@ class PlanShards(beam.PTransform):
             | "OneKey" >> beam.Map(_under_one_key)
             # (0, [every scanned file]): waits for the whole scan
             | "AllScanned" >> beam.GroupByKey()
-            | "Plan" >> beam.FlatMap(plan_files, self.config.work, self.settings)
+            | "Plan" >> beam.FlatMap(plan_files, self.config.work, self.settings, self.source)
         )
 
 
@@ -344,7 +349,7 @@ class ConvertFiles(beam.PTransform):
         return (
             files
             | "ScanFiles" >> ScanFiles(self.source, self.spec, self.config)
-            | "PlanShards" >> PlanShards(self.config, self.settings)
+            | "PlanShards" >> PlanShards(self.config, self.settings, self.source)
             | "WriteShards" >> WriteShards(self.source, self.spec, self.config)
             # without_defaults: no side input (DaskRunner), and no output when nothing was written
             | "MergeStats" >> beam.CombineGlobally(MergeShardStats()).without_defaults()

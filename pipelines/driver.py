@@ -6,6 +6,7 @@ The summary is built from what the pipeline wrote (shard sidecars and reject par
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -33,7 +34,14 @@ from shardfeed.pipelines.convert import (
     InferSchema,
     read_inferred,
 )
-from shardfeed.pipelines.plan_stage import PlanSettings, read_plan_info
+from shardfeed.pipelines.plan_stage import (
+    HotSettings,
+    PlanInfo,
+    PlanSettings,
+    load_hot_weights,
+    parse_share_or_size,
+    read_plan_info,
+)
 from shardfeed.pipelines.progress import WorkDirProgress
 from shardfeed.pipelines.runners import make_runner
 from shardfeed.pipelines.stats_combine import load_merged_stats
@@ -61,6 +69,8 @@ class ConvertConfig:
     max_image_side: int | None = None
     max_reject_fraction: float = 0.01
     cost: str = "auto"  # what samples.parquet's per-sample cost counts (formats/cost.py)
+    hot_weights: str | None = None  # key,weight file: the hot set goes to leading shards
+    hot_budget: str = "10%"
     overwrite: bool = False
     progress: bool = False  # force the progress line even when stderr is not a terminal
     source_options: dict[str, Any] = field(default_factory=dict)
@@ -68,7 +78,23 @@ class ConvertConfig:
     def image_policy(self) -> ImagePolicy:
         return ImagePolicy(self.validate, self.image_format, self.max_image_side)
 
+    def hot_settings(self) -> HotSettings | None:
+        """The hot-shard settings, after checking the weights file and budget (fail before
+        any work, not inside the pipeline)."""
+        if self.hot_weights is None:
+            return None
+        load_hot_weights(self.hot_weights)
+        parse_share_or_size(self.hot_budget, 0)
+        if self.shuffle_seed is None:
+            raise ShardfeedError("--hot-weights needs the shuffled plan; drop --no-shuffle")
+        return HotSettings(self.hot_weights, self.hot_budget)
+
     def content_options(self, kind: str) -> dict[str, Any]:
+        hot = {}
+        if self.hot_weights is not None:  # the weights' bytes, not their path, shape the shards
+            with open(self.hot_weights, "rb") as handle:
+                digest = hashlib.file_digest(handle, "sha256").hexdigest()
+            hot = {"hot_weights_sha256": digest, "hot_budget": self.hot_budget}
         return {
             "from": kind,
             "target_shard_size": self.target_shard_bytes,
@@ -76,6 +102,7 @@ class ConvertConfig:
             "shuffle_seed": self.shuffle_seed,
             **self.image_policy().content_options(),
             **self.source_options,
+            **hot,
         }
 
 
@@ -118,6 +145,7 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
     """Convert ``config.src`` into a published dataset at ``config.dst`` (raises on failure)."""
     started = time.monotonic()
     clock = _PhaseClock(started)
+    hot = config.hot_settings()  # checked before anything is written
     kind = config.kind or detect_kind(config.src)
     media = {"media_hook": config.image_policy()} if kind == "imagefolder" else {}
     source = open_source(config.src, kind, **media, **config.source_options)
@@ -161,7 +189,10 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
 
     progress = WorkDirProgress(graph.work, len(files), force=config.progress)
     settings = PlanSettings(
-        config.target_shard_bytes, config.shuffle_seed is not None, config.max_reject_fraction
+        config.target_shard_bytes,
+        config.shuffle_seed is not None,
+        config.max_reject_fraction,
+        hot,
     )
     # one pipeline: scan every file, plan once from the small per-file totals, then each shard
     # writer reads its own units (payloads never cross the shuffle)
@@ -209,6 +240,7 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
         rejects=Rejects(rejected_units, reject_counts),
         extra_files=extra,
         stats=load_merged_stats(graph.work),
+        hot_shards=planned.hot_shards,
     )
     shutil.rmtree(graph.work, ignore_errors=True)
     clock.mark("publish")
@@ -222,7 +254,7 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
         payload_bytes=sum(o.record.payload_bytes for o in outcomes),
         bytes=sum(o.record.bytes for o in outcomes),
         seconds=time.monotonic() - started,
-        notes=list(meta.notes),
+        notes=[*meta.notes, *_hot_notes(planned)],
         published=True,
         phases=clock.phases,
     )
@@ -292,6 +324,20 @@ def _keep_finished_shards(dst: str, work: str) -> None:
         if name != PREVIOUS:
             shutil.rmtree(os.path.join(work, name), ignore_errors=True)
     shutil.rmtree(os.path.join(dst, "meta"), ignore_errors=True)
+
+
+def _hot_notes(planned: PlanInfo) -> list[str]:
+    if not planned.hot_shards:
+        return []
+    notes = [
+        f"{planned.hot_units} hot sample(s) packed into the first {planned.hot_shards} shard(s)"
+    ]
+    if planned.hot_keys_unmatched:
+        notes.append(
+            f"{planned.hot_keys_unmatched} key(s) of the hot weights matched no record "
+            "(keys are named as shardfeed rejects names inputs)"
+        )
+    return notes
 
 
 def _remove_unplanned(dst: str, outcomes: Sequence[ShardOutcome]) -> None:

@@ -176,10 +176,7 @@ def choose_hot(
 ) -> HotChoice:
     """The units with the highest weights whose payload fits the budget (first fit in heat
     order: weight, then smaller, then source order), read from every file's unit table."""
-    keys, values = read_pairs(hot.weights, "key", "weight", str)
-    weight_of = dict(zip(keys, values.tolist(), strict=True))
-    if len(weight_of) != len(keys):
-        raise ShardfeedError(f"{hot.weights}: a key appears twice")
+    weight_of = load_hot_weights(hot.weights)
     budget = parse_share_or_size(hot.budget, total_bytes)
     candidates: list[
         tuple[str, int, int, int, int, float]
@@ -207,6 +204,15 @@ def choose_hot(
         choice.units.append(BucketTotal(bucket, 1, rows, nbytes))
     choice.positions = {f: np.array(sorted(p), dtype=np.int64) for f, p in by_file.items()}
     return choice
+
+
+def load_hot_weights(path: str) -> dict[str, float]:
+    """``key -> weight`` from a ``key,weight`` file; a key named twice is an error."""
+    keys, values = read_pairs(path, "key", "weight", str)
+    weights = dict(zip(keys, values.tolist(), strict=True))
+    if len(weights) != len(keys):
+        raise ShardfeedError(f"{path}: a key appears twice")
+    return weights
 
 
 def save_hot_positions(work: str, positions: dict[str, np.ndarray]) -> None:

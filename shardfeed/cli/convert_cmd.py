@@ -96,6 +96,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "else frames for episodic data, else bytes (default auto)",
     )
     parser.add_argument(
+        "--hot-weights",
+        metavar="FILE",
+        help="pack the highest-weight samples into dedicated leading hot shards: a file of "
+        "'key,weight' lines (or Parquet columns key, weight), keys as shardfeed rejects names "
+        "inputs: an image path, FILE#line:N for JSONL, FILE#episode:N for LeRobot",
+    )
+    parser.add_argument(
+        "--hot-budget",
+        default="10%",
+        help="payload the hot shards hold at most: a size (2GB) or a share of the dataset "
+        "(default 10%%); with --hot-weights",
+    )
+    parser.add_argument(
         "--progress",
         action="store_true",
         help="always show the progress line (by default only when stderr is a terminal)",
@@ -156,6 +169,8 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         max_image_side=args.max_image_side,
         max_reject_fraction=args.max_reject_fraction,
         cost=args.cost,
+        hot_weights=args.hot_weights,
+        hot_budget=args.hot_budget,
         overwrite=args.overwrite,
         progress=args.progress,
         source_options=source_options,

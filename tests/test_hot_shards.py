@@ -100,7 +100,7 @@ def test_hot_weights_refuse_no_shuffle_and_bad_files(tmp_path, capsys):
 
 def test_plan_classes_never_mixes_hot_and_rest():
     hot = [BucketTotal(hot_bucket(b), 1, 1, 10 + b % 10) for b in range(500)]
-    rest = [BucketTotal(b, 3, 3, 300) for b in range(200)]
+    rest = [BucketTotal(b, 3, 3, 30) for b in range(2000)]
     plan, hot_shards = plan_classes(hot, rest, 1000)
     assert hot_shards == round(sum(t.bytes for t in hot) / 1000)
     assert all(plan.shard_of[t.bucket] < hot_shards for t in hot)

@@ -39,7 +39,6 @@ from shardfeed.pipelines.plan_stage import (
     PlanInfo,
     PlanSettings,
     load_hot_weights,
-    parse_share_or_size,
     read_plan_info,
 )
 from shardfeed.pipelines.progress import WorkDirProgress
@@ -47,6 +46,7 @@ from shardfeed.pipelines.runners import make_runner
 from shardfeed.pipelines.stats_combine import load_merged_stats
 from shardfeed.schemas.errors import ShardfeedError
 from shardfeed.schemas.manifest import MANIFEST_PATH, Rejects
+from shardfeed.schemas.units import parse_size_or_share
 from shardfeed.transforms.image_policy import ImagePolicy
 
 
@@ -84,7 +84,7 @@ class ConvertConfig:
         if self.hot_weights is None:
             return None
         load_hot_weights(self.hot_weights)
-        parse_share_or_size(self.hot_budget, 0)
+        parse_size_or_share(self.hot_budget, 0)
         if self.shuffle_seed is None:
             raise ShardfeedError("--hot-weights needs the shuffled plan; drop --no-shuffle")
         return HotSettings(self.hot_weights, self.hot_budget)

@@ -54,7 +54,7 @@ from shardfeed.planning.shard_plan import (
 )
 from shardfeed.schemas.errors import ShardfeedError
 from shardfeed.schemas.rejects import RejectRecord
-from shardfeed.schemas.units import parse_size
+from shardfeed.schemas.units import parse_size_or_share
 
 Plan = ShardPlan | ContiguousPlan
 PLAN_INFO = "plan.json"
@@ -177,7 +177,7 @@ def choose_hot(
     """The units with the highest weights whose payload fits the budget (first fit in heat
     order: weight, then smaller, then source order), read from every file's unit table."""
     weight_of = load_hot_weights(hot.weights)
-    budget = parse_share_or_size(hot.budget, total_bytes)
+    budget = parse_size_or_share(hot.budget, total_bytes)
     candidates: list[
         tuple[str, int, int, int, int, float]
     ] = []  # file, position, bucket, rows, bytes, w
@@ -228,22 +228,6 @@ def hot_positions(work: str, file: str) -> np.ndarray:
         return np.load(work_part(work, "hot", file, ".npy"), allow_pickle=False)
     except FileNotFoundError:
         return np.zeros(0, dtype=np.int64)
-
-
-def parse_share_or_size(spec: str, total: int) -> int:
-    """``"10%"`` of ``total``, or a size such as ``"2GB"``."""
-    text = spec.strip()
-    if text.endswith("%"):
-        try:
-            share = float(text[:-1])
-        except ValueError:
-            raise ShardfeedError(
-                f"bad budget {spec!r}: expected a size or a share like 10%"
-            ) from None
-        if not 0 <= share <= 100:
-            raise ShardfeedError(f"bad budget {spec!r}: a share must be within 0..100%")
-        return int(total * share / 100)
-    return parse_size(text)
 
 
 def read_plan_info(work: str) -> PlanInfo | None:

@@ -41,6 +41,31 @@ def parse_size(text: str | int) -> int:
     return round(float(number) * factor)
 
 
+_PERCENT_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$", re.ASCII)
+
+
+def parse_share(text: str | int) -> float | None:
+    """``'10%'`` -> 0.1; None when ``text`` is not a percentage; ValueError beyond 100%."""
+    match = _PERCENT_RE.match(text) if isinstance(text, str) else None
+    if match is None:
+        return None
+    share = float(match.group(1)) / 100
+    if share > 1:
+        raise ValueError(f"{text!r}: a percentage must be within 0..100")
+    return share
+
+
+def parse_size_or_share(text: str | int, total: int) -> int:
+    """A size (``'2TB'``, bytes) or a share of ``total`` (``'10%'``), in bytes."""
+    share = parse_share(text)
+    if share is not None:
+        return int(total * share)
+    try:
+        return parse_size(text)
+    except ValueError as err:
+        raise ValueError(f"{err} (or a percentage like 10%)") from None
+
+
 def format_size(num_bytes: int | float) -> str:
     """Format a byte count with binary units, e.g. '95.4 MiB'."""
     value = float(num_bytes)

@@ -30,7 +30,7 @@ from shardfeed.planning.hot import (
 from shardfeed.planning.spans import Spans, from_global, merge_adjacent
 from shardfeed.schemas.hot import CachePlanHeader, HotIndexHeader, HotSource, NodePins
 from shardfeed.schemas.sidecar import TableRecord
-from shardfeed.schemas.units import parse_size
+from shardfeed.schemas.units import parse_size_or_share
 
 __all__ = [
     "CachePlan",
@@ -40,7 +40,6 @@ __all__ = [
     "build_hot_index",
     "load_cache_plan",
     "load_hot_index",
-    "parse_budget",
     "plan_cache",
 ]
 
@@ -219,20 +218,6 @@ def load_hot_index(dataset: Dataset | str | os.PathLike[str]) -> HotIndex:
     )
 
 
-def parse_budget(spec: str | int, dataset_bytes: int) -> int:
-    """A node budget: bytes, a size string (``"2TB"``), or a share of the dataset's payload
-    (``"10%"``)."""
-    if isinstance(spec, str) and spec.strip().endswith("%"):
-        try:
-            share = float(spec.strip()[:-1])
-        except ValueError:
-            raise HotInputError(f"bad budget {spec!r}: expected a percentage like 10%") from None
-        if not 0 <= share <= 100:
-            raise HotInputError(f"bad budget {spec!r}: a percentage must be within 0..100")
-        return int(dataset_bytes * share / 100)
-    return parse_size(spec)
-
-
 def plan_cache(
     hot: HotIndex,
     node_budget: str | int = "10%",
@@ -247,7 +232,7 @@ def plan_cache(
     source = hot.source
     manifest = source.manifest
     dataset_bytes = sum(s.payload_bytes for s in manifest.shards)
-    budget = parse_budget(node_budget, dataset_bytes)
+    budget = parse_size_or_share(node_budget, dataset_bytes)
     offsets = np.array([s.index_start for s in manifest.shards] + [manifest.num_samples])
     n = manifest.num_samples
     accesses = np.zeros(n)

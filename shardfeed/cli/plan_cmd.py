@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 from collections.abc import Callable
 
 from shardfeed.cli._common import EXIT_OK, EXIT_USAGE, fail, print_json
@@ -24,21 +23,14 @@ from shardfeed.planning.bandwidth import (
     plan_bandwidth,
     uniform_coverage,
 )
-from shardfeed.schemas.units import format_decimal_size, format_rate, parse_size
-
-_PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$", re.ASCII)
+from shardfeed.schemas.units import format_decimal_size, format_rate, parse_share, parse_size
 
 
 def _budget(text: str) -> tuple[str, float]:
     """``--hot-budget``: ('share', 0..1) for '10%', ('bytes', n) for a size."""
-    match = _PERCENT.match(text)
-    if match:
-        share = float(match.group(1)) / 100
-        if share > 1:
-            raise argparse.ArgumentTypeError(f"{text!r}: a percentage must be within 0..100")
-        return "share", share
     try:
-        return "bytes", float(parse_size(text))
+        share = parse_share(text)
+        return ("share", share) if share is not None else ("bytes", float(parse_size(text)))
     except (ValueError, OverflowError) as err:
         raise argparse.ArgumentTypeError(f"{err} (or a percentage like 10%)") from None
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from shardfeed.schemas.errors import SchemaError
 
+T = TypeVar("T")
 _VERSION_RE = re.compile(r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)", re.ASCII)
 _TYPE_NAMES = {
     int: "integer",
@@ -88,3 +91,15 @@ def parse_version(value: str, field: str, supported_major: int) -> tuple[int, in
             field, f"unsupported major version {major} (this shardfeed reads {supported_major}.x)"
         )
     return major, minor
+
+
+def load_document(text: str | bytes, source: str, parse: Callable[[Any], T]) -> T:
+    """Parse a JSON document with ``parse``; errors name the file and the field."""
+    try:
+        obj = json.loads(text)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise SchemaError("<root>", f"not valid JSON ({err})", source=source) from None
+    try:
+        return parse(obj)
+    except SchemaError as err:
+        raise err.with_source(source) from None

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from shardfeed.schemas._strict import count, get, parse_version, require_object
+from shardfeed.schemas._strict import count, get, load_document, parse_version, require_object
 from shardfeed.schemas.errors import SchemaError
 from shardfeed.schemas.sidecar import DatasetRef, TableRecord
 
@@ -188,14 +188,7 @@ class AssignmentHeader:
 
     @classmethod
     def loads(cls, text: str | bytes, source: str) -> AssignmentHeader:
-        try:
-            obj = json.loads(text)
-        except (ValueError, UnicodeDecodeError) as err:
-            raise SchemaError("<root>", f"not valid JSON ({err})", source=source) from None
-        try:
-            return cls.from_json(obj)
-        except SchemaError as err:
-            raise err.with_source(source) from None
+        return load_document(text, source, cls.from_json)
 
     @classmethod
     def from_json(cls, obj: Any) -> AssignmentHeader:

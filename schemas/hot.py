@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, fields
 from typing import Any
 
-from shardfeed.schemas._strict import count, get, parse_version, require_object
+from shardfeed.schemas._strict import count, get, load_document, parse_version, require_object
 from shardfeed.schemas.errors import SchemaError
 from shardfeed.schemas.sidecar import DatasetRef, TableRecord
 
@@ -32,17 +32,6 @@ def _number(obj: dict[str, Any], key: str, where: str) -> float:
             f"{where}.{key}" if where else key, f"must be finite and >= 0, got {value}"
         )
     return float(value)
-
-
-def _loads(text: str | bytes, source: str, parse):
-    try:
-        obj = json.loads(text)
-    except (ValueError, UnicodeDecodeError) as err:
-        raise SchemaError("<root>", f"not valid JSON ({err})", source=source) from None
-    try:
-        return parse(obj)
-    except SchemaError as err:
-        raise err.with_source(source) from None
 
 
 @dataclass(frozen=True)
@@ -105,7 +94,7 @@ class HotIndexHeader:
 
     @classmethod
     def loads(cls, text: str | bytes, source: str) -> HotIndexHeader:
-        return _loads(text, source, cls.from_json)
+        return load_document(text, source, cls.from_json)
 
     @classmethod
     def from_json(cls, obj: Any) -> HotIndexHeader:
@@ -185,7 +174,7 @@ class CachePlanHeader:
 
     @classmethod
     def loads(cls, text: str | bytes, source: str) -> CachePlanHeader:
-        return _loads(text, source, cls.from_json)
+        return load_document(text, source, cls.from_json)
 
     @classmethod
     def from_json(cls, obj: Any) -> CachePlanHeader:

@@ -18,6 +18,7 @@ from shardfeed.schemas._strict import (
     count,
     get,
     item_count,
+    load_document,
     non_negative,
     parse_version,
     require_object,
@@ -265,14 +266,7 @@ class Manifest:
 
     @classmethod
     def loads(cls, text: str | bytes, source: str = MANIFEST_PATH) -> Manifest:
-        try:
-            obj = json.loads(text)
-        except (ValueError, UnicodeDecodeError) as err:
-            raise SchemaError("<root>", f"not valid JSON ({err})", source=source) from None
-        try:
-            return cls.from_json(obj)
-        except SchemaError as err:
-            raise err.with_source(source) from None
+        return load_document(text, source, cls.from_json)
 
     @classmethod
     def from_json(cls, obj: Any) -> Manifest:

@@ -16,6 +16,7 @@ import math
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tier_fixtures import EXAMPLE_TIERS
 
 from shardfeed.cli.main import main
 from shardfeed.planning.bandwidth import (
@@ -41,30 +42,6 @@ SEED = Workload(
     num_shards=10_000,
 )
 PFS = SharedTier("pfs", 400 * GB)
-TIERS_TOML = """\
-[tiers.nvme]
-path = "/local/nvme/{dataset}"
-scope = "node"
-capacity = "3.5TB"
-read_bandwidth = "12GB/s"
-
-[tiers.pfs]
-path = "/lustre/datasets/{dataset}"
-scope = "shared"
-capacity = "2PB"
-read_bandwidth = "400GB/s"
-stripe_count = "auto"
-
-[tiers.cold]
-path = "s3://bucket/datasets/{dataset}"
-scope = "shared"
-capacity = "10PB"
-read_bandwidth = "20GB/s"
-
-[policy]
-hot = ["nvme", "pfs"]
-all = ["pfs", "cold"]
-"""
 
 
 def approx(x: float):
@@ -289,7 +266,7 @@ def dataset(make_small_dataset):
 @pytest.fixture
 def tiers(tmp_path):
     path = tmp_path / "tiers.toml"
-    path.write_text(TIERS_TOML, encoding="utf-8")
+    path.write_text(EXAMPLE_TIERS, encoding="utf-8")
     return path
 
 
@@ -460,7 +437,7 @@ def test_cli_errors(capsys, dataset, argv, code, words):
 def test_cli_bad_tier_config_names_the_field(capsys, dataset, tmp_path):
     root, _ = dataset
     path = tmp_path / "tiers.toml"
-    path.write_text(TIERS_TOML.replace('hot = ["nvme", "pfs"]', 'hot = ["ssd"]'))
+    path.write_text(EXAMPLE_TIERS.replace('hot = ["nvme", "pfs"]', 'hot = ["ssd"]'))
     rc, _, err = run_cli(capsys, "plan", str(root), *SEED_FLAGS, "--tiers", str(path))
     assert rc == 1
     assert "field 'policy.hot[0]': unknown tier 'ssd'" in err and str(path) in err

@@ -10,6 +10,7 @@ import string
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tier_fixtures import EXAMPLE_TIERS
 
 from shardfeed.schemas.errors import SchemaError
 from shardfeed.schemas.tiers import (
@@ -19,32 +20,6 @@ from shardfeed.schemas.tiers import (
     load_tier_config,
 )
 from shardfeed.schemas.units import format_rate, parse_bandwidth
-
-#: the example of issue 7, byte for byte (docs/PLANNING.md and the README use it too)
-EXAMPLE = """\
-[tiers.nvme]
-path = "/local/nvme/{dataset}"
-scope = "node"
-capacity = "3.5TB"
-read_bandwidth = "12GB/s"
-
-[tiers.pfs]
-path = "/lustre/datasets/{dataset}"
-scope = "shared"
-capacity = "2PB"
-read_bandwidth = "400GB/s"
-stripe_count = "auto"
-
-[tiers.cold]
-path = "s3://bucket/datasets/{dataset}"
-scope = "shared"
-capacity = "10PB"
-read_bandwidth = "20GB/s"
-
-[policy]
-hot = ["nvme", "pfs"]   # hot shards go to these tiers
-all = ["pfs", "cold"]   # every shard goes to these tiers
-"""
 
 
 def example_dict() -> dict:
@@ -87,7 +62,7 @@ def refused(obj: dict) -> SchemaError:
 
 def test_example_is_accepted_as_written(tmp_path):
     path = tmp_path / "tiers.toml"
-    path.write_text(EXAMPLE, encoding="utf-8")
+    path.write_text(EXAMPLE_TIERS, encoding="utf-8")
     config = load_tier_config(path)
     assert config.names == ("nvme", "pfs", "cold")
     nvme, pfs, cold = config.tiers
@@ -102,7 +77,7 @@ def test_example_is_accepted_as_written(tmp_path):
 
 
 def test_location_substitutes_the_dataset_name():
-    config = TierConfig.loads(EXAMPLE)
+    config = TierConfig.loads(EXAMPLE_TIERS)
     assert config.tier("nvme").location("laion-sf") == "/local/nvme/laion-sf"
     assert config.tier("pfs").location("ds.v2") == "/lustre/datasets/ds.v2"
     assert config.tier("cold").location("ds_1") == "s3://bucket/datasets/ds_1"
@@ -112,7 +87,7 @@ def test_location_substitutes_the_dataset_name():
     "name", ["", ".", "..", "a/b", "../x", "a\\b", "%2e%2e", "x%2fy", "{dataset}", "a\x00b", "a\nb"]
 )
 def test_location_refuses_names_that_would_escape(name):
-    tier = TierConfig.loads(EXAMPLE).tier("nvme")
+    tier = TierConfig.loads(EXAMPLE_TIERS).tier("nvme")
     with pytest.raises(SchemaError) as info:
         tier.location(name)
     assert info.value.field == "dataset"
@@ -283,7 +258,7 @@ def test_bad_toml_and_source_in_message(tmp_path):
     path.write_bytes(b"\xff\xfe[tiers]")
     with pytest.raises(SchemaError, match="not valid TOML"):
         load_tier_config(path)
-    path.write_text(EXAMPLE.replace('"3.5TB"', '"3.5 TiBs"'), encoding="utf-8")
+    path.write_text(EXAMPLE_TIERS.replace('"3.5TB"', '"3.5 TiBs"'), encoding="utf-8")
     with pytest.raises(SchemaError) as info:
         load_tier_config(path)
     assert info.value.field == "tiers.nvme.capacity" and str(path) in str(info.value)

@@ -42,7 +42,7 @@ def atomic_open(path: str, *, durable: bool = True) -> Iterator[BinaryIO]:
             os.unlink(tmp)
         raise
     if durable:
-        _fsync_dir(os.path.dirname(path) or ".")
+        fsync_dir(os.path.dirname(path) or ".")
 
 
 def atomic_write_bytes(path: str, data: bytes, *, durable: bool = True) -> None:
@@ -50,7 +50,7 @@ def atomic_write_bytes(path: str, data: bytes, *, durable: bool = True) -> None:
         handle.write(data)
 
 
-def _fsync_dir(directory: str) -> None:
+def fsync_dir(directory: str) -> None:
     with contextlib.suppress(OSError):
         fd = os.open(directory, os.O_RDONLY)
         try:

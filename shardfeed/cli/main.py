@@ -16,12 +16,22 @@ from shardfeed.cli import (
     inspect_cmd,
     plan_cmd,
     rejects_cmd,
+    stage_cmd,
     verify_cmd,
 )
 from shardfeed.cli._common import EXIT_FAILED, fail
 from shardfeed.schemas.errors import ShardfeedError
 
-COMMANDS = (convert_cmd, inspect_cmd, verify_cmd, rejects_cmd, assign_cmd, hot_cmd, plan_cmd)
+COMMANDS = (
+    convert_cmd,
+    inspect_cmd,
+    verify_cmd,
+    rejects_cmd,
+    assign_cmd,
+    hot_cmd,
+    plan_cmd,
+    stage_cmd,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,155 @@
+"""Copy one dataset file to a tier: temporary name, sha256 while copying, fsync, then rename.
+
+What users know from rclone (``.partial`` plus checksum) and Beam sinks (temp, then rename): a
+file under its final name is always whole and verified. On a local tier the temporary file sits
+next to the target and ``os.replace`` publishes it; on an object store the bytes go to a
+temporary key, which a server-side move publishes once the hash matched. The source is read
+once: the hash is computed on the bytes as they are written, never by reading the copy back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pyarrow.fs as pafs
+
+from shardfeed.formats.atomic import fsync_dir, is_temp_name, temp_name
+from shardfeed.formats.storage import Location
+from shardfeed.schemas.errors import ShardfeedError
+
+CHUNK = 8 << 20
+
+
+class CopyMismatchError(ShardfeedError):
+    """The bytes read from the source do not match the manifest: the source changed or rotted."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """A tier copy's root: a local directory, or a path on a pyarrow filesystem (S3, GCS)."""
+
+    root: str
+    filesystem: pafs.FileSystem | None = None  # None: local
+
+    @property
+    def is_local(self) -> bool:
+        return self.filesystem is None
+
+    def path(self, rel: str) -> str:
+        return os.path.join(self.root, rel) if self.is_local else posixpath.join(self.root, rel)
+
+    def display(self, rel: str = "") -> str:
+        return self.path(rel) if rel else self.root
+
+
+def file_matches(target: Target, rel: str, size: int, sha256: str) -> bool:
+    """Whether ``rel`` exists on the tier with this size and sha256 (re-read in full: only a
+    hash catches a copy that rotted in place)."""
+    path = target.path(rel)
+    try:
+        if target.is_local:
+            if os.path.getsize(path) != size:
+                return False
+            with open(path, "rb") as handle:
+                return hashlib.file_digest(handle, "sha256").hexdigest() == sha256
+        info = target.filesystem.get_file_info(path)
+        if info.type != pafs.FileType.File or info.size != size:
+            return False
+        digest = hashlib.sha256()
+        with target.filesystem.open_input_stream(path) as stream:
+            while chunk := stream.read(CHUNK):
+                digest.update(chunk)
+        return digest.hexdigest() == sha256
+    except (FileNotFoundError, OSError):
+        return False
+
+
+def copy_file(
+    source: Location,
+    target: Target,
+    rel: str,
+    size: int,
+    sha256: str,
+    *,
+    before_write: Callable[[str, int], None] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> None:
+    """Copy ``rel`` from ``source`` to ``target`` and publish it only once its size and sha256
+    match. ``before_write(temp_path, size)`` may prepare the local temporary file (Lustre
+    striping creates it with a layout); ``progress(n)`` hears every chunk."""
+    final = target.path(rel)
+    temp = temp_name(final)
+    if target.is_local:
+        os.makedirs(os.path.dirname(final) or ".", exist_ok=True)
+        if before_write is not None:
+            before_write(temp, size)
+    digest, written = hashlib.sha256(), 0
+    try:
+        with source.open_input(rel) as reader, _open_output(target, temp) as writer:
+            while chunk := reader.read(CHUNK):
+                digest.update(chunk)
+                writer.write(chunk)
+                written += len(chunk)
+                if progress is not None:
+                    progress(len(chunk))
+            if target.is_local:
+                writer.flush()
+                os.fsync(writer.fileno())
+        if written != size or digest.hexdigest() != sha256:
+            raise CopyMismatchError(
+                f"{source.display}/{rel}: read {written} bytes with sha256 {digest.hexdigest()[:16]}…, "
+                f"but the manifest says {size} bytes, {sha256[:16]}…; the source changed or is corrupt"
+            )
+        if target.is_local:
+            os.replace(temp, final)
+            fsync_dir(os.path.dirname(final))
+        else:
+            target.filesystem.move(temp, final)
+    except BaseException:
+        _remove(target, temp)
+        raise
+
+
+def remove_temporaries(target: Target) -> list[str]:
+    """Delete temporary files a killed copy left under the target (only shardfeed's own
+    temporary names); returns their paths relative to the root."""
+    removed = []
+    if target.is_local:
+        if not os.path.isdir(target.root):
+            return removed
+        for directory, _, names in os.walk(target.root):
+            for name in names:
+                if is_temp_name(name):
+                    path = os.path.join(directory, name)
+                    os.unlink(path)
+                    removed.append(os.path.relpath(path, target.root))
+        return removed
+    selector = pafs.FileSelector(target.root, recursive=True, allow_not_found=True)
+    for info in target.filesystem.get_file_info(selector):
+        if info.type == pafs.FileType.File and is_temp_name(info.base_name):
+            target.filesystem.delete_file(info.path)
+            removed.append(info.path[len(target.root) :].lstrip("/"))
+    return removed
+
+
+def _open_output(target: Target, path: str):
+    if target.is_local:
+        return open(path, "wb")
+    parent = posixpath.dirname(path)
+    if parent:
+        target.filesystem.create_dir(parent, recursive=True)
+    return target.filesystem.open_output_stream(path)
+
+
+def _remove(target: Target, path: str) -> None:
+    try:
+        if target.is_local:
+            os.unlink(path)
+        else:
+            target.filesystem.delete_file(path)
+    except (FileNotFoundError, OSError):
+        pass

@@ -1,0 +1,101 @@
+"""``meta/shardfeed/locations.json``: where staged copies of a dataset's files live.
+
+Written by ``shardfeed stage`` into the source dataset, atomically, after every copy it lists was
+verified. ``tiers`` maps a tier name to the root URI of its copy; ``files`` maps each copied
+file (dataset-relative path) to the tiers holding a verified copy, in the order the dataset
+prefers them. Paths are checked like manifest paths, so no entry can point outside a tier root.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardfeed.schemas._strict import get, load_document, parse_version, require_object
+from shardfeed.schemas.errors import SchemaError
+from shardfeed.schemas.paths import check_relative_path
+from shardfeed.schemas.sidecar import DatasetRef
+from shardfeed.schemas.tiers import SCOPES, check_path_template
+
+FORMAT_VERSION = "1.0"
+FORMAT_MAJOR = 1
+LOCATIONS_PATH = "meta/shardfeed/locations.json"
+
+
+@dataclass(frozen=True)
+class TierCopy:
+    """A tier's copy of the dataset: its root, scope, and whether it holds every file."""
+
+    uri: str
+    scope: str
+    complete: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"uri": self.uri, "scope": self.scope, "complete": self.complete}
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str) -> TierCopy:
+        obj = require_object(obj, where)
+        scope = get(obj, "scope", str, where)
+        if scope not in SCOPES:
+            raise SchemaError(f"{where}.scope", f"expected one of {SCOPES}, got {scope!r}")
+        uri = check_path_template(get(obj, "uri", str, where), f"{where}.uri")
+        return cls(uri, scope, get(obj, "complete", bool, where))
+
+
+@dataclass(frozen=True)
+class Locations:
+    dataset: DatasetRef
+    tiers: dict[str, TierCopy] = field(default_factory=dict)
+    files: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    format_version: str = FORMAT_VERSION
+
+    def __post_init__(self) -> None:
+        for path, names in self.files.items():
+            unknown = [n for n in names if n not in self.tiers]
+            if unknown:
+                raise SchemaError(
+                    f"files.{path}", f"names tier(s) {unknown} with no entry in tiers"
+                )
+
+    def uri(self, tier: str, rel: str) -> str:
+        return f"{self.tiers[tier].uri.rstrip('/')}/{rel}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format_version": self.format_version,
+            "dataset": self.dataset.to_json(),
+            "tiers": {name: copy.to_json() for name, copy in sorted(self.tiers.items())},
+            "files": {path: list(names) for path, names in sorted(self.files.items())},
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=1) + "\n"
+
+    @classmethod
+    def loads(cls, text: str | bytes, source: str = LOCATIONS_PATH) -> Locations:
+        return load_document(text, source, cls.from_json)
+
+    @classmethod
+    def from_json(cls, obj: Any) -> Locations:
+        obj = require_object(obj, "")
+        version = get(obj, "format_version", str, "")
+        parse_version(version, "format_version", FORMAT_MAJOR)
+        tiers = {
+            str(name): TierCopy.from_json(value, f"tiers.{name}")
+            for name, value in get(obj, "tiers", dict, "").items()
+        }
+        files = {}
+        for path, names in get(obj, "files", dict, "").items():
+            where = f"files.{path}"
+            check_relative_path(path, where)
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise SchemaError(where, "expected a list of tier names")
+            files[path] = tuple(names)
+        return cls(
+            DatasetRef.from_json(get(obj, "dataset", dict, ""), "dataset"),
+            tiers,
+            files,
+            version,
+        )

@@ -1,0 +1,87 @@
+"""``shardfeed stage DATASET --tiers tiers.toml``: copy a dataset to its shared tiers."""
+
+from __future__ import annotations
+
+import argparse
+
+from shardfeed.cli._common import EXIT_OK, Progress, print_json
+from shardfeed.schemas.units import format_size
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "stage",
+        help="copy the dataset to its shared tiers (verified, resumable), and record the copies",
+        description=(
+            "Copy the dataset to the shared tiers of the tier config's policy: tiers in 'all' get "
+            "every file and the manifest (a complete dataset), tiers only in 'hot' get the hot "
+            "shards. Each file goes to a temporary name, is hashed while copying and fsynced, "
+            "checked against the manifest's sha256, then renamed. A re-run skips verified copies "
+            "and re-copies corrupt ones. Refuses before copying if a capacity would be exceeded. "
+            "Records the copies in meta/shardfeed/locations.json. See docs/STAGING.md."
+        ),
+    )
+    parser.add_argument("dataset", help="dataset directory or URI")
+    parser.add_argument("--tiers", required=True, metavar="TIERS.toml", help="the tier config")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the plan (files, bytes, time) and stop"
+    )
+    parser.add_argument("--workers", type=int, default=4, help="parallel copy streams (default 4)")
+    parser.add_argument(
+        "--tier",
+        action="append",
+        metavar="NAME",
+        help="stage only this tier (repeatable); default: every shared tier of the policy",
+    )
+    parser.add_argument("--json", action="store_true", help="print the plan and result as JSON")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from shardfeed.staging import plan, stage
+
+    only = tuple(args.tier) if args.tier else None
+    _, _, staging, _ = plan(args.dataset, args.tiers, only=only)
+    bar = (
+        None
+        if args.dry_run or args.json
+        else Progress(sum(t.bytes for t in staging.tiers), "stage")
+    )
+    report = stage(
+        args.dataset,
+        args.tiers,
+        dry_run=args.dry_run,
+        workers=args.workers,
+        only=only,
+        progress=bar,
+    )
+    if bar is not None:
+        bar.close()
+    if args.json:
+        print_json(report.to_json())
+        return EXIT_OK
+    print(f"{'tier':<8} {'files':>7} {'bytes':>11} {'capacity':>11} {'est. time':>10}  copy")
+    for t in report.plan.tiers:
+        print(
+            f"{t.tier:<8} {len(t.tasks):>7,} {format_size(t.bytes):>11} {format_size(t.capacity):>11} "
+            f"{t.seconds:>9.1f}s  {t.uri}{'  (complete)' if t.complete else '  (hot shards)'}"
+        )
+        print(f"{'':<8} {report.striping.get(t.tier, '')}")
+    for note in report.plan.notes:
+        print(f"note: {note}")
+    if args.dry_run:
+        print("dry run: nothing was copied")
+        return EXIT_OK
+    for r in report.results:
+        rate = r.bytes_copied / r.seconds if r.seconds else 0
+        print(
+            f"{r.tier}: copied {r.copied}, re-copied {r.recopied} corrupt, skipped {r.skipped} verified; "
+            f"{format_size(r.bytes_copied)} in {r.seconds:.1f} s ({format_size(rate)}/s)"
+            + (
+                f"; removed {r.removed_temporaries} leftover temporary file(s)"
+                if r.removed_temporaries
+                else ""
+            )
+        )
+    print("recorded the copies in meta/shardfeed/locations.json")
+    return EXIT_OK

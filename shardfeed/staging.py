@@ -1,0 +1,319 @@
+"""``shardfeed stage``: copy a dataset to its shared storage tiers, verified and resumable.
+
+For each shared tier of the policy (``shardfeed/planning/staging.py``): refuse before any copy if
+a capacity would be exceeded; take the tier's lock (``flock``: it dies with its holder); delete
+temporary files a killed run left; skip files already there whose sha256 matches; copy the rest
+in a pool of threads, each file to a temporary name, hashed while copying, fsynced, then renamed
+(``formats/tier_copy.py``); copy the manifest last. Then record the verified copies in the
+source's ``meta/shardfeed/locations.json``, atomically. See docs/STAGING.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import pyarrow.fs as pafs
+
+from shardfeed.dataset_source import DatasetSource
+from shardfeed.formats.atomic import atomic_write_bytes, is_temp_name
+from shardfeed.formats.reader import Dataset
+from shardfeed.formats.tier_copy import Target, copy_file, file_matches, remove_temporaries
+from shardfeed.planning.staging import CopyTask, StagePlan, TierPlan, plan_staging
+from shardfeed.schemas.assignment import ASSIGNMENTS_DIR
+from shardfeed.schemas.errors import SchemaError, ShardfeedError
+from shardfeed.schemas.locations import LOCATIONS_PATH, Locations, TierCopy
+from shardfeed.schemas.manifest import MANIFEST_PATH
+from shardfeed.schemas.tiers import TierConfig, load_tier_config
+from shardfeed.schemas.units import format_size
+
+DEFAULT_WORKERS = 4
+
+
+class StageError(ShardfeedError):
+    pass
+
+
+class CapacityError(StageError):
+    """A tier would be over its declared capacity; nothing was copied."""
+
+
+class StageLockedError(StageError):
+    """Another ``shardfeed stage`` holds the tier's lock."""
+
+
+@dataclass
+class TierResult:
+    tier: str
+    uri: str
+    copied: int = 0
+    skipped: int = 0  # already there and verified
+    recopied: int = 0  # there, but size or sha256 differed
+    removed_temporaries: int = 0
+    bytes_copied: int = 0
+    seconds: float = 0.0
+    striping: str = ""
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class StageReport:
+    plan: StagePlan
+    dry_run: bool
+    results: list[TierResult] = field(default_factory=list)
+    striping: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {
+            "dry_run": self.dry_run,
+            "plan": [
+                {
+                    "tier": t.tier,
+                    "uri": t.uri,
+                    "files": len(t.tasks),
+                    "bytes": t.bytes,
+                    "capacity": t.capacity,
+                    "complete": t.complete,
+                    "estimated_seconds": round(t.seconds, 3),
+                    "striping": self.striping.get(t.tier, ""),
+                }
+                for t in self.plan.tiers
+            ],
+            "notes": list(self.plan.notes),
+            "results": [r.to_json() for r in self.results],
+        }
+
+
+def plan(
+    dataset: Dataset | str | os.PathLike[str],
+    tiers: TierConfig | str | os.PathLike[str],
+    *,
+    only: tuple[str, ...] | None = None,
+) -> tuple[DatasetSource, TierConfig, StagePlan, bytes]:
+    """The staging plan for ``dataset``; raises :class:`CapacityError` when a tier would
+    overflow (before anything is copied)."""
+    source = DatasetSource.of(dataset)
+    config = tiers if isinstance(tiers, TierConfig) else load_tier_config(tiers)
+    manifest_bytes = source.location.read_bytes(MANIFEST_PATH)
+    name = os.path.basename(source.location.root.rstrip("/"))
+    staging = plan_staging(
+        source.manifest,
+        hashlib.sha256(manifest_bytes).hexdigest(),
+        len(manifest_bytes),
+        config,
+        name,
+        only,
+        _planner_files(source),
+    )
+    if staging.over_capacity:
+        details = "; ".join(
+            f"{t.tier} needs {format_size(t.bytes)} of {format_size(t.capacity)}"
+            for t in staging.over_capacity
+        )
+        raise CapacityError(f"refusing to stage: over capacity ({details}); nothing was copied")
+    return source, config, staging, manifest_bytes
+
+
+#: files planners add after publication; each carries its own checks (a header with sha256)
+_PLANNER_FILES = (
+    "meta/shardfeed/hot_index.parquet",
+    "meta/shardfeed/hot_index.json",
+    "meta/shardfeed/cache_plan.parquet",
+    "meta/shardfeed/cache_plan.json",
+)
+
+
+def _planner_files(source: DatasetSource) -> tuple[CopyTask, ...]:
+    """Assignments, hot index and cache plan of a local source, hashed now: the copy is checked
+    against these bytes."""
+    if not source.location.is_local:
+        return ()
+    root = source.location.root
+    folder = os.path.join(root, ASSIGNMENTS_DIR)
+    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    rels = [f"{ASSIGNMENTS_DIR}/{n}" for n in names if not is_temp_name(n)]
+    rels += [r for r in _PLANNER_FILES if os.path.isfile(os.path.join(root, r))]
+    tasks = []
+    for rel in rels:
+        data = source.location.read_bytes(rel)
+        tasks.append(CopyTask(rel, len(data), hashlib.sha256(data).hexdigest()))
+    return tuple(tasks)
+
+
+def stage(
+    dataset: Dataset | str | os.PathLike[str],
+    tiers: TierConfig | str | os.PathLike[str],
+    *,
+    dry_run: bool = False,
+    workers: int = DEFAULT_WORKERS,
+    only: tuple[str, ...] | None = None,
+    filesystems: Mapping[str, pafs.FileSystem] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> StageReport:
+    """Stage ``dataset`` to the shared tiers of ``tiers`` (see the module docstring).
+
+    ``filesystems`` maps a tier name to the pyarrow filesystem its URI lives on (e.g. an
+    ``S3FileSystem`` with an endpoint); by default the URI picks one."""
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    source, config, staging, _ = plan(dataset, tiers, only=only)
+    report = StageReport(staging, dry_run)
+    targets = {t.tier: _target(t.uri, (filesystems or {}).get(t.tier)) for t in staging.tiers}
+    for tier_plan in staging.tiers:
+        report.striping[tier_plan.tier] = _striping(config, tier_plan, targets[tier_plan.tier])[0]
+    if dry_run:
+        return report
+    for tier_plan in staging.tiers:
+        report.results.append(
+            _stage_tier(source, config, tier_plan, targets[tier_plan.tier], workers, progress)
+        )
+    _record(source, config, staging, report)
+    return report
+
+
+def _stage_tier(
+    source: DatasetSource,
+    config: TierConfig,
+    tier_plan: TierPlan,
+    target: Target,
+    workers: int,
+    progress: Callable[[int], None] | None,
+) -> TierResult:
+    started = time.monotonic()
+    result = TierResult(tier_plan.tier, tier_plan.uri)
+    result.striping, before_write = _striping(config, tier_plan, target)
+    with _lock(tier_plan.tier, target):
+        result.removed_temporaries = len(remove_temporaries(target))
+        tasks = [t for t in tier_plan.tasks if t.rel != MANIFEST_PATH]
+        last = [t for t in tier_plan.tasks if t.rel == MANIFEST_PATH]
+
+        def one(task) -> tuple[str, int]:
+            if _exists(target, task.rel):
+                if file_matches(target, task.rel, task.bytes, task.sha256):
+                    if progress is not None:
+                        progress(task.bytes)
+                    return "skipped", 0
+                outcome = "recopied"
+            else:
+                outcome = "copied"
+            copy_file(
+                source.location,
+                target,
+                task.rel,
+                task.bytes,
+                task.sha256,
+                before_write=before_write,
+                progress=progress,
+            )
+            return outcome, task.bytes
+
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="shardfeed-stage") as pool:
+            outcomes = list(pool.map(one, tasks))
+        outcomes += [one(task) for task in last]  # the manifest, once every other file is whole
+    for outcome, nbytes in outcomes:
+        setattr(result, outcome, getattr(result, outcome) + 1)
+        result.bytes_copied += nbytes
+    result.seconds = round(time.monotonic() - started, 3)
+    return result
+
+
+def _record(
+    source: DatasetSource, config: TierConfig, staging: StagePlan, report: StageReport
+) -> None:
+    """Merge this run's verified copies into the source's locations.json (local sources only)."""
+    if not source.location.is_local:
+        return
+    path = os.path.join(source.location.root, LOCATIONS_PATH)
+    locations = _existing_locations(source, path)
+    order = {name: i for i, name in enumerate(config.names)}
+    for tier_plan in staging.tiers:
+        scope = config.tier(tier_plan.tier).scope
+        locations.tiers[tier_plan.tier] = TierCopy(tier_plan.uri, scope, tier_plan.complete)
+        for task in tier_plan.tasks:
+            held = set(locations.files.get(task.rel, ())) | {tier_plan.tier}
+            locations.files[task.rel] = tuple(
+                sorted(held, key=lambda n: (order.get(n, 1 << 30), n))
+            )
+    atomic_write_bytes(path, locations.dumps().encode())
+
+
+def _existing_locations(source: DatasetSource, path: str) -> Locations:
+    fresh = Locations(source.ref())
+    try:
+        with open(path, "rb") as handle:
+            current = Locations.loads(handle.read(), path)
+    except FileNotFoundError:
+        return fresh
+    except SchemaError:
+        return fresh  # unreadable: rebuilt from this run's verified copies
+    return current if current.dataset == source.ref() else fresh
+
+
+def _target(uri: str, filesystem: pafs.FileSystem | None) -> Target:
+    if "://" not in uri:
+        return Target(uri)
+    if filesystem is None:
+        filesystem, root = pafs.FileSystem.from_uri(uri)
+        return Target(root.rstrip("/"), filesystem)
+    return Target(uri.split("://", 1)[1].rstrip("/"), filesystem)
+
+
+def _exists(target: Target, rel: str) -> bool:
+    if target.is_local:
+        return os.path.lexists(target.path(rel))
+    return target.filesystem.get_file_info(target.path(rel)).type != pafs.FileType.NotFound
+
+
+def _striping(config: TierConfig, tier_plan: TierPlan, target: Target):
+    """(why striping is or is not applied, the hook that sets it on a temporary file)."""
+    tier = config.tier(tier_plan.tier)
+    if not target.is_local:
+        return "striping skipped: an object store", None
+    try:
+        from shardfeed.formats.lustre import plan_striping, set_stripe, stripe_layout
+    except ImportError:  # pragma: no cover - the module ships with shardfeed
+        return "striping skipped", None
+    decision = plan_striping(target.root, tier.stripe_count, tier.stripe_size)
+    if not decision.enabled:
+        return decision.reason, None
+
+    def before_write(path: str, size: int) -> None:
+        count, stripe_size = stripe_layout(size, tier.stripe_count, tier.stripe_size)
+        set_stripe(path, count, stripe_size, decision.lfs)
+
+    return decision.reason, before_write
+
+
+@contextlib.contextmanager
+def _lock(tier: str, target: Target) -> Iterator[None]:
+    """An exclusive ``flock`` for the tier copy: the kernel drops it when its holder dies, so a
+    killed run never blocks the next. Local tiers lock next to their root; object-store tiers
+    lock in the user's cache directory (one host at a time)."""
+    if target.is_local:
+        parent, base = os.path.split(target.root.rstrip("/"))
+        path = os.path.join(parent, f".{base}.shardfeed-stage.lock")
+    else:
+        cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+        digest = hashlib.sha256(target.root.encode()).hexdigest()[:16]
+        path = os.path.join(cache, "shardfeed", "locks", f"{digest}.lock")
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StageLockedError(
+                f"another shardfeed stage is copying to tier {tier!r} ({target.display()}); "
+                f"its lock {path} is held. Wait for it, or stop it: the lock dies with it"
+            ) from None
+        yield
+    finally:
+        os.close(fd)

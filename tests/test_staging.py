@@ -1,0 +1,270 @@
+"""Staging to tiers: three local directories and an S3 cold tier on a loopback moto server."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.fs as pafs
+import pytest
+
+from shardfeed.cli.main import main
+from shardfeed.formats.atomic import is_temp_name
+from shardfeed.formats.dataset_writer import write_dataset
+from shardfeed.formats.verify import verify_dataset
+from shardfeed.schemas.locations import Locations
+from shardfeed.staging import CapacityError, StageLockedError, stage
+
+moto_server = pytest.importorskip("moto.server")
+
+SPEC = {"blob": {"dtype": "image", "shape": [8, 8, 3]}, "id": {"dtype": "int64", "shape": [1]}}
+
+
+@pytest.fixture(scope="module")
+def s3():
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    fs = pafs.S3FileSystem(
+        access_key="testing",
+        secret_key="testing",
+        region="us-east-1",
+        scheme="http",
+        endpoint_override=f"{host}:{port}",
+        allow_bucket_creation=True,
+    )
+    fs.create_dir("bucket")
+    yield fs, f"http://{host}:{port}"
+    server.stop()
+
+
+def dataset(root: Path, n: int = 400, size: int = 2000, hot_shards: int = 0) -> Path:
+    rng = np.random.default_rng(0)
+    blobs = [rng.bytes(int(k)) for k in rng.integers(size // 2, size * 2, n)]
+    write_dataset(
+        root,
+        SPEC,
+        {"blob": blobs, "id": [[i] for i in range(n)]},
+        target_shard_size=n * size // 8,
+        cost="bytes",  # random bytes are not images: count payload bytes
+    )
+    if hot_shards:  # mark the leading shards hot, as convert --hot-weights does
+        path = root / "meta/shardfeed/manifest.json"
+        text = path.read_text()
+        path.write_text(
+            text.replace('\n  "provenance"', f'\n  "hot_shards": {hot_shards},\n  "provenance"')
+        )
+    return root
+
+
+def tiers_toml(base: Path, capacity: str = "1GB", cold: bool = True) -> Path:
+    text = f"""
+[tiers.nvme]
+path = "{base}/nvme/{{dataset}}"
+scope = "node"
+capacity = "1GB"
+read_bandwidth = "5GB/s"
+
+[tiers.pfs]
+path = "{base}/pfs/{{dataset}}"
+scope = "shared"
+capacity = "{capacity}"
+read_bandwidth = "2GB/s"
+
+[tiers.warm]
+path = "{base}/warm/{{dataset}}"
+scope = "shared"
+capacity = "1GB"
+read_bandwidth = "1GB/s"
+"""
+    if cold:
+        text += """
+[tiers.cold]
+path = "s3://bucket/datasets/{dataset}"
+scope = "shared"
+capacity = "1GB"
+read_bandwidth = "100MB/s"
+"""
+    text += f"""
+[policy]
+hot = ["nvme", "warm"]
+all = {'["pfs", "cold"]' if cold else '["pfs"]'}
+"""
+    path = base / "tiers.toml"
+    path.write_text(text)
+    return path
+
+
+def final_files(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not is_temp_name(p.name)
+    }
+
+
+def test_stage_three_local_tiers_and_s3_cold(tmp_path, s3):
+    fs, _ = s3
+    src = dataset(tmp_path / "ds", hot_shards=2)
+    config = tiers_toml(tmp_path)
+    report = stage(src, config, filesystems={"cold": fs}, workers=3)
+    assert {r.tier for r in report.results} == {"pfs", "cold", "warm"}
+    assert verify_dataset(tmp_path / "pfs/ds").ok  # a complete dataset on its own
+    assert verify_dataset("s3://bucket/datasets/ds", filesystem=fs).ok
+    manifest = json.loads((src / "meta/shardfeed/manifest.json").read_text())
+    hot = [s["path"] for s in manifest["shards"][:2]]
+    assert sorted(final_files(tmp_path / "warm/ds")) == sorted(hot)  # hot shards only
+    assert not (tmp_path / "nvme").exists()  # node tiers are warm's job
+    locations = Locations.loads((src / "meta/shardfeed/locations.json").read_bytes())
+    assert locations.files[hot[0]] == ("pfs", "warm", "cold")
+    assert locations.files[manifest["shards"][-1]["path"]] == ("pfs", "cold")
+    assert (
+        locations.tiers["cold"].uri == "s3://bucket/datasets/ds"
+        and locations.tiers["cold"].complete
+    )
+    again = stage(src, config, filesystems={"cold": fs})
+    assert all(r.copied == 0 and r.recopied == 0 and r.skipped > 0 for r in again.results)
+
+
+def test_corrupt_copy_is_recopied_and_leftover_temporaries_removed(tmp_path):
+    src = dataset(tmp_path / "ds")
+    config = tiers_toml(tmp_path, cold=False)
+    stage(src, config)
+    shard = next((tmp_path / "pfs/ds/data").rglob("*.parquet"))
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x5A
+    shard.write_bytes(bytes(data))
+    leftover = shard.parent / ".file-999.parquet.tmp-0123456789abcdef"
+    assert is_temp_name(leftover.name), "the test must use shardfeed's own temporary pattern"
+    leftover.write_bytes(b"half a copy")
+    result = {r.tier: r for r in stage(src, config).results}["pfs"]
+    assert result.recopied == 1 and result.copied == 0 and result.removed_temporaries == 1
+    assert not leftover.exists() and verify_dataset(tmp_path / "pfs/ds").ok
+
+
+def test_capacity_is_refused_before_any_copy(tmp_path, capsys):
+    src = dataset(tmp_path / "ds")
+    config = tiers_toml(tmp_path, capacity="10KB", cold=False)
+    with pytest.raises(CapacityError, match=r"pfs needs .* of 9\.8 KiB"):
+        stage(src, config)
+    assert not (tmp_path / "pfs").exists() and not (tmp_path / "warm").exists()
+    assert main(["stage", str(src), "--tiers", str(config), "--dry-run"]) == 1
+    assert "over capacity" in capsys.readouterr().err
+
+
+def test_dry_run_plan_matches_the_real_run(tmp_path, capsys):
+    src = dataset(tmp_path / "ds", hot_shards=1)
+    config = tiers_toml(tmp_path, cold=False)
+    assert main(["stage", str(src), "--tiers", str(config), "--dry-run", "--json"]) == 0
+    planned = {t["tier"]: t for t in json.loads(capsys.readouterr().out)["plan"]}
+    assert not (tmp_path / "pfs").exists()
+    assert main(["stage", str(src), "--tiers", str(config), "--json"]) == 0
+    done = {r["tier"]: r for r in json.loads(capsys.readouterr().out)["results"]}
+    assert planned.keys() == done.keys() == {"pfs", "warm"}
+    for tier, plan in planned.items():
+        files = final_files(tmp_path / tier / "ds")
+        assert done[tier]["copied"] == plan["files"] == len(files)
+        assert done[tier]["bytes_copied"] == plan["bytes"] == sum(len(b) for b in files.values())
+
+
+def test_a_second_stage_on_a_locked_tier_is_refused(tmp_path):
+    src = dataset(tmp_path / "ds", n=40)
+    config = tiers_toml(tmp_path, cold=False)
+    (tmp_path / "pfs").mkdir()
+    with open(tmp_path / "pfs/.ds.shardfeed-stage.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(
+            StageLockedError, match="another shardfeed stage is copying to tier 'pfs'"
+        ):
+            stage(src, config, only=("pfs",))
+    assert stage(src, config, only=("pfs",)).results[0].copied > 0  # released with its holder
+
+
+def test_cli_reaches_s3_through_the_environment(tmp_path, s3, capsys):
+    fs, endpoint = s3
+    src = dataset(tmp_path / "ds", n=60)
+    config = tiers_toml(tmp_path)
+    env = {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": endpoint,
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "shardfeed.cli.main",
+        "stage",
+        str(src),
+        "--tiers",
+        str(config),
+        "--tier",
+        "cold",
+    ]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "cold: copied" in done.stdout
+    assert verify_dataset("s3://bucket/datasets/ds", filesystem=fs).ok
+
+
+def test_sigkill_at_random_moments_never_leaves_a_partial_file(tmp_path):
+    """20 stage runs killed at random moments: no file under its final name is ever partial,
+    and each resume finishes with every copy verified."""
+    src = dataset(tmp_path / "ds", n=500, size=200_000)  # ~120 MB in 8 shards
+    config = tiers_toml(tmp_path, cold=False)
+    expected = {}
+    manifest = json.loads((src / "meta/shardfeed/manifest.json").read_text())
+    for record in [*manifest["shards"], *manifest["files"]]:
+        expected[record["path"]] = record["sha256"]
+    expected["meta/shardfeed/manifest.json"] = hashlib.sha256(
+        (src / "meta/shardfeed/manifest.json").read_bytes()
+    ).hexdigest()
+    cmd = [
+        sys.executable,
+        "-m",
+        "shardfeed.cli.main",
+        "stage",
+        str(src),
+        "--tiers",
+        str(config),
+        "--workers",
+        "2",
+    ]
+    rng = random.Random(7)
+    midway = 0  # kills that caught a copy in flight (a temporary file left behind)
+    for _ in range(20):
+        shutil_rmtree(tmp_path / "pfs")
+        for _ in range(2):  # kill, resume-and-kill: a resume can be interrupted too
+            process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            started = time.monotonic()  # wait for the copying to begin, then kill at random
+            while not (tmp_path / "pfs/ds").exists() and time.monotonic() - started < 30:
+                time.sleep(0.005)
+            time.sleep(rng.uniform(0.0, 0.25))
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+            midway += any(is_temp_name(p.name) for p in (tmp_path / "pfs").rglob("*"))
+            for rel, data in final_files(tmp_path / "pfs/ds").items():
+                assert hashlib.sha256(data).hexdigest() == expected[rel], (
+                    f"partial {rel} under its final name"
+                )
+        assert subprocess.run(cmd, capture_output=True, timeout=120).returncode == 0
+        copy = tmp_path / "pfs/ds"
+        assert verify_dataset(copy).ok
+        assert not [p for p in copy.rglob("*") if is_temp_name(p.name)]
+    assert midway >= 5, f"only {midway} of 40 kills caught a copy in flight"
+
+
+def shutil_rmtree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,9 +1,11 @@
 """``meta/shardfeed/locations.json``: where staged copies of a dataset's files live.
 
 Written by ``shardfeed stage`` into the source dataset, atomically, after every copy it lists was
-verified. ``tiers`` maps a tier name to the root URI of its copy; ``files`` maps each copied
-file (dataset-relative path) to the tiers holding a verified copy, in the order the dataset
-prefers them. Paths are checked like manifest paths, so no entry can point outside a tier root.
+verified. ``tiers`` maps a tier name to the root URI of its copy; ``files`` maps each file
+copied to a shared tier (dataset-relative path) to the tiers holding a verified copy. Node tiers
+are listed in ``tiers`` only: each node holds its own subset (``shardfeed warm``), so a reader
+checks its local copy itself. Paths are checked like manifest paths, so no entry can point
+outside a tier root.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardfeed.schemas._strict import get, load_document, parse_version, require_object
+from shardfeed.schemas._strict import count, get, load_document, parse_version, require_object
 from shardfeed.schemas.errors import SchemaError
 from shardfeed.schemas.paths import check_relative_path
 from shardfeed.schemas.sidecar import DatasetRef
@@ -25,14 +27,21 @@ LOCATIONS_PATH = "meta/shardfeed/locations.json"
 
 @dataclass(frozen=True)
 class TierCopy:
-    """A tier's copy of the dataset: its root, scope, and whether it holds every file."""
+    """A tier's copy of the dataset: its root, scope, declared read bandwidth (bytes/s; readers
+    prefer node tiers, then faster shared tiers), and whether it holds every file."""
 
     uri: str
     scope: str
     complete: bool
+    read_bandwidth: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"uri": self.uri, "scope": self.scope, "complete": self.complete}
+        return {
+            "uri": self.uri,
+            "scope": self.scope,
+            "complete": self.complete,
+            "read_bandwidth": self.read_bandwidth,
+        }
 
     @classmethod
     def from_json(cls, obj: Any, where: str) -> TierCopy:
@@ -41,7 +50,8 @@ class TierCopy:
         if scope not in SCOPES:
             raise SchemaError(f"{where}.scope", f"expected one of {SCOPES}, got {scope!r}")
         uri = check_path_template(get(obj, "uri", str, where), f"{where}.uri")
-        return cls(uri, scope, get(obj, "complete", bool, where))
+        bandwidth = count(obj, "read_bandwidth", where) if "read_bandwidth" in obj else 0
+        return cls(uri, scope, get(obj, "complete", bool, where), bandwidth)
 
 
 @dataclass(frozen=True)

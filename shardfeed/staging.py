@@ -235,8 +235,10 @@ def _record(
     locations = _existing_locations(source, path)
     order = {name: i for i, name in enumerate(config.names)}
     for tier_plan in staging.tiers:
-        scope = config.tier(tier_plan.tier).scope
-        locations.tiers[tier_plan.tier] = TierCopy(tier_plan.uri, scope, tier_plan.complete)
+        tier = config.tier(tier_plan.tier)
+        locations.tiers[tier_plan.tier] = TierCopy(
+            tier_plan.uri, tier.scope, tier_plan.complete, tier.read_bandwidth
+        )
         for task in tier_plan.tasks:
             held = set(locations.files.get(task.rel, ())) | {tier_plan.tier}
             locations.files[task.rel] = tuple(

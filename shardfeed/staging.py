@@ -234,6 +234,11 @@ def _record(
     path = os.path.join(source.location.root, LOCATIONS_PATH)
     locations = _existing_locations(source, path)
     order = {name: i for i, name in enumerate(config.names)}
+    name = os.path.basename(source.location.root.rstrip("/"))
+    for tier in config.tiers:  # node tiers: listed so readers probe them; warm fills them
+        if tier.is_node and tier.name in (*config.policy.hot, *config.policy.all):
+            uri = tier.location(name)
+            locations.tiers[tier.name] = TierCopy(uri, tier.scope, False, tier.read_bandwidth)
     for tier_plan in staging.tiers:
         tier = config.tier(tier_plan.tier)
         locations.tiers[tier_plan.tier] = TierCopy(

@@ -166,7 +166,7 @@ def stage(
         raise ValueError(f"workers must be >= 1, got {workers}")
     source, config, staging, _ = plan(dataset, tiers, only=only)
     report = StageReport(staging, dry_run)
-    targets = {t.tier: _target(t.uri, (filesystems or {}).get(t.tier)) for t in staging.tiers}
+    targets = {t.tier: tier_target(t.uri, (filesystems or {}).get(t.tier)) for t in staging.tiers}
     for tier_plan in staging.tiers:
         report.striping[tier_plan.tier] = _striping(config, tier_plan, targets[tier_plan.tier])[0]
     if dry_run:
@@ -190,7 +190,7 @@ def _stage_tier(
     started = time.monotonic()
     result = TierResult(tier_plan.tier, tier_plan.uri)
     result.striping, before_write = _striping(config, tier_plan, target)
-    with _lock(tier_plan.tier, target):
+    with tier_lock(tier_plan.tier, target):
         result.removed_temporaries = len(remove_temporaries(target))
         tasks = [t for t in tier_plan.tasks if t.rel != MANIFEST_PATH]
         last = [t for t in tier_plan.tasks if t.rel == MANIFEST_PATH]
@@ -264,7 +264,7 @@ def _existing_locations(source: DatasetSource, path: str) -> Locations:
     return current if current.dataset == source.ref() else fresh
 
 
-def _target(uri: str, filesystem: pafs.FileSystem | None) -> Target:
+def tier_target(uri: str, filesystem: pafs.FileSystem | None) -> Target:
     if "://" not in uri:
         return Target(uri)
     if filesystem is None:
@@ -300,7 +300,7 @@ def _striping(config: TierConfig, tier_plan: TierPlan, target: Target):
 
 
 @contextlib.contextmanager
-def _lock(tier: str, target: Target) -> Iterator[None]:
+def tier_lock(tier: str, target: Target) -> Iterator[None]:
     """An exclusive ``flock`` for the tier copy: the kernel drops it when its holder dies, so a
     killed run never blocks the next. Local tiers lock next to their root; object-store tiers
     lock in the user's cache directory (one host at a time)."""

@@ -17,7 +17,9 @@ from shardfeed.cli import (
     plan_cmd,
     rejects_cmd,
     stage_cmd,
+    unstage_cmd,
     verify_cmd,
+    warm_cmd,
 )
 from shardfeed.cli._common import EXIT_FAILED, fail
 from shardfeed.schemas.errors import ShardfeedError
@@ -31,6 +33,8 @@ COMMANDS = (
     hot_cmd,
     plan_cmd,
     stage_cmd,
+    warm_cmd,
+    unstage_cmd,
 )
 
 

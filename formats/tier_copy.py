@@ -114,6 +114,36 @@ def copy_file(
         raise
 
 
+def copy_if_needed(
+    source: Location,
+    target: Target,
+    rel: str,
+    size: int,
+    sha256: str,
+    *,
+    before_write: Callable[[str, int], None] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[str, int]:
+    """Make the tier's ``rel`` a verified copy: ``("skipped", 0)`` when it already is,
+    ``("recopied", size)`` when a copy there had rotted, ``("copied", size)`` otherwise."""
+    if exists(target, rel):
+        if file_matches(target, rel, size, sha256):
+            if progress is not None:
+                progress(size)
+            return "skipped", 0
+        outcome = "recopied"
+    else:
+        outcome = "copied"
+    copy_file(source, target, rel, size, sha256, before_write=before_write, progress=progress)
+    return outcome, size
+
+
+def exists(target: Target, rel: str) -> bool:
+    if target.is_local:
+        return os.path.lexists(target.path(rel))
+    return target.filesystem.get_file_info(target.path(rel)).type != pafs.FileType.NotFound
+
+
 def remove_temporaries(target: Target) -> list[str]:
     """Delete temporary files a killed copy left under the target (only shardfeed's own
     temporary names); returns their paths relative to the root."""

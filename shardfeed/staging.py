@@ -24,7 +24,7 @@ import pyarrow.fs as pafs
 from shardfeed.dataset_source import DatasetSource
 from shardfeed.formats.atomic import atomic_write_bytes, is_temp_name
 from shardfeed.formats.reader import Dataset
-from shardfeed.formats.tier_copy import Target, copy_file, file_matches, remove_temporaries
+from shardfeed.formats.tier_copy import Target, copy_if_needed, remove_temporaries
 from shardfeed.planning.staging import CopyTask, StagePlan, TierPlan, plan_staging
 from shardfeed.schemas.assignment import ASSIGNMENTS_DIR
 from shardfeed.schemas.errors import SchemaError, ShardfeedError
@@ -157,11 +157,14 @@ def stage(
     only: tuple[str, ...] | None = None,
     filesystems: Mapping[str, pafs.FileSystem] | None = None,
     progress: Callable[[int], None] | None = None,
+    beam_args: list[str] | None = None,
 ) -> StageReport:
     """Stage ``dataset`` to the shared tiers of ``tiers`` (see the module docstring).
 
     ``filesystems`` maps a tier name to the pyarrow filesystem its URI lives on (e.g. an
-    ``S3FileSystem`` with an endpoint); by default the URI picks one."""
+    ``S3FileSystem`` with an endpoint); by default the URI picks one. ``beam_args`` (e.g.
+    ``["--runner=dask", ...]``) run the copies as a Beam pipeline instead of a thread pool; the
+    lock, the clean-up, the manifest and locations.json stay with this process."""
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     source, config, staging, _ = plan(dataset, tiers, only=only)
@@ -173,7 +176,9 @@ def stage(
         return report
     for tier_plan in staging.tiers:
         report.results.append(
-            _stage_tier(source, config, tier_plan, targets[tier_plan.tier], workers, progress)
+            _stage_tier(
+                source, config, tier_plan, targets[tier_plan.tier], workers, progress, beam_args
+            )
         )
     _record(source, config, staging, report)
     return report
@@ -186,6 +191,7 @@ def _stage_tier(
     target: Target,
     workers: int,
     progress: Callable[[int], None] | None,
+    beam_args: list[str] | None = None,
 ) -> TierResult:
     started = time.monotonic()
     result = TierResult(tier_plan.tier, tier_plan.uri)
@@ -196,15 +202,7 @@ def _stage_tier(
         last = [t for t in tier_plan.tasks if t.rel == MANIFEST_PATH]
 
         def one(task) -> tuple[str, int]:
-            if _exists(target, task.rel):
-                if file_matches(target, task.rel, task.bytes, task.sha256):
-                    if progress is not None:
-                        progress(task.bytes)
-                    return "skipped", 0
-                outcome = "recopied"
-            else:
-                outcome = "copied"
-            copy_file(
+            return copy_if_needed(
                 source.location,
                 target,
                 task.rel,
@@ -213,14 +211,27 @@ def _stage_tier(
                 before_write=before_write,
                 progress=progress,
             )
-            return outcome, task.bytes
 
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="shardfeed-stage") as pool:
-            outcomes = list(pool.map(one, tasks))
-        outcomes += [one(task) for task in last]  # the manifest, once every other file is whole
-    for outcome, nbytes in outcomes:
-        setattr(result, outcome, getattr(result, outcome) + 1)
-        result.bytes_copied += nbytes
+        if beam_args is not None:  # the same copies as a Beam pipeline, e.g. across a cluster
+            from shardfeed.pipelines.stage_copies import run_copies
+
+            counts = run_copies(source.location, target, tasks, beam_args)
+        else:
+            with ThreadPoolExecutor(workers, thread_name_prefix="shardfeed-stage") as pool:
+                outcomes = list(pool.map(one, tasks))
+            counts = {
+                k: sum(o == k for o, _ in outcomes) for k in ("copied", "recopied", "skipped")
+            }
+            counts["bytes"] = sum(n for _, n in outcomes)
+        outcome, nbytes = one(last[0]) if last else ("skipped", 0)  # the manifest, last
+        counts[outcome] += len(last)
+        counts["bytes"] += nbytes
+    result.copied, result.recopied, result.skipped = (
+        counts["copied"],
+        counts["recopied"],
+        counts["skipped"],
+    )
+    result.bytes_copied = counts["bytes"]
     result.seconds = round(time.monotonic() - started, 3)
     return result
 
@@ -271,12 +282,6 @@ def tier_target(uri: str, filesystem: pafs.FileSystem | None) -> Target:
         filesystem, root = pafs.FileSystem.from_uri(uri)
         return Target(root.rstrip("/"), filesystem)
     return Target(uri.split("://", 1)[1].rstrip("/"), filesystem)
-
-
-def _exists(target: Target, rel: str) -> bool:
-    if target.is_local:
-        return os.path.lexists(target.path(rel))
-    return target.filesystem.get_file_info(target.path(rel)).type != pafs.FileType.NotFound
 
 
 def _striping(config: TierConfig, tier_plan: TierPlan, target: Target):

@@ -20,7 +20,7 @@ import pyarrow.fs as pafs
 from shardfeed.dataset_source import DatasetSource
 from shardfeed.formats.atomic import atomic_write_bytes
 from shardfeed.formats.reader import Dataset
-from shardfeed.formats.tier_copy import Target, file_matches
+from shardfeed.formats.tier_copy import Target, exists, file_matches
 from shardfeed.schemas.locations import LOCATIONS_PATH, Locations
 from shardfeed.schemas.tiers import TierConfig, load_tier_config
 from shardfeed.staging import StageError, tier_lock, tier_target
@@ -82,7 +82,7 @@ def unstage(
             gone = set()
             for rel in mine:
                 size, sha = expected.get(rel, (-1, ""))
-                if not _exists(target, rel):
+                if not exists(target, rel):
                     gone.add(rel)
                 elif file_matches(target, rel, size, sha):
                     _delete(target, rel)
@@ -122,12 +122,6 @@ def _expected(source: DatasetSource) -> dict[str, tuple[int, str]]:
                     data = handle.read()
                 out[rel] = (len(data), hashlib.sha256(data).hexdigest())
     return out
-
-
-def _exists(target: Target, rel: str) -> bool:
-    if target.is_local:
-        return os.path.lexists(target.path(rel))
-    return target.filesystem.get_file_info(target.path(rel)).type != pafs.FileType.NotFound
 
 
 def _delete(target: Target, rel: str) -> None:

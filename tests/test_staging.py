@@ -268,3 +268,19 @@ def shutil_rmtree(path: Path) -> None:
     import shutil
 
     shutil.rmtree(path, ignore_errors=True)
+
+
+def test_the_same_copies_run_as_a_beam_pipeline(tmp_path, capsys):
+    pytest.importorskip("apache_beam")
+    src = dataset(tmp_path / "ds", n=120)
+    config = tiers_toml(tmp_path, cold=False)
+    args = ["stage", str(src), "--tiers", str(config), "--tier", "pfs", "--json"]
+    assert main([*args, "--runner=DirectRunner", "--direct_num_workers=2"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    (plan,), (result,) = out["plan"], out["results"]
+    assert result["copied"] == plan["files"] and result["bytes_copied"] == plan["bytes"]
+    assert verify_dataset(tmp_path / "pfs/ds").ok
+    assert main([*args, "--runner=DirectRunner"]) == 0  # a re-run skips every verified copy
+    assert json.loads(capsys.readouterr().out)["results"][0]["skipped"] == plan["files"]
+    assert main([*args[:-1], "--direct_num_workers=2"]) == 2
+    assert "Beam flags need --runner" in capsys.readouterr().err

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from shardfeed.cli._common import EXIT_OK, Progress, print_json
+from shardfeed import BEAM_INSTALL_HINT
+from shardfeed.cli._common import EXIT_OK, Progress, fail, print_json
 from shardfeed.schemas.units import format_size
 
 
@@ -34,11 +35,25 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="stage only this tier (repeatable); default: every shared tier of the policy",
     )
     parser.add_argument("--json", action="store_true", help="print the plan and result as JSON")
-    parser.set_defaults(run=run)
+    parser.add_argument(
+        "--runner",
+        help="run the copies as a Beam pipeline on this runner (e.g. dask; needs "
+        "shardfeed[beam]); other Beam flags pass through. Default: a local thread pool",
+    )
+    parser.set_defaults(run=run, accepts_extra=True)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     from shardfeed.staging import plan, stage
+
+    if beam_args and not args.runner:
+        return fail(f"unrecognized arguments: {' '.join(beam_args)} (Beam flags need --runner)", 2)
+    if args.runner:
+        try:
+            import shardfeed.pipelines  # noqa: F401
+        except ImportError:
+            return fail(BEAM_INSTALL_HINT)
+        beam_args = [f"--runner={args.runner}", *beam_args]
 
     only = tuple(args.tier) if args.tier else None
     _, _, staging, _ = plan(args.dataset, args.tiers, only=only)

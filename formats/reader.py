@@ -3,6 +3,12 @@
 ``open_dataset`` refuses anything without a valid manifest, and every shard is checked against its
 record (path safety, size, rows, row groups, schema; Parquet page CRCs on read) before a byte of it
 is returned. Full sha256 checks are ``Dataset.verify()``.
+
+A staged dataset (``meta/shardfeed/locations.json``, written by ``shardfeed stage``) is read
+through its tier copies: each shard from the first copy that passes those same checks, trying node
+tiers (the node's own copy, if any), then the shared tiers holding the file, faster first, then
+the dataset itself. A copy that is missing or fails a check is skipped with a warning on the
+``shardfeed`` logger; :meth:`Dataset.shard_source` tells which tier served a shard.
 """
 
 from __future__ import annotations
@@ -10,9 +16,10 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
+import logging
 import os
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,13 +31,21 @@ from shardfeed.formats.encoding import ShardFile, get_encoding
 from shardfeed.formats.errors import CorruptShardError, IncompleteDatasetError
 from shardfeed.formats.layout import INFO_PATH
 from shardfeed.formats.storage import Location, locate
-from shardfeed.schemas.errors import SchemaError
+from shardfeed.schemas.errors import SchemaError, ShardfeedError
 from shardfeed.schemas.features import FeatureSpec
 from shardfeed.schemas.info import Info
+from shardfeed.schemas.locations import LOCATIONS_PATH, Locations
 from shardfeed.schemas.manifest import MANIFEST_PATH, Manifest, ShardRecord
+from shardfeed.schemas.sidecar import DatasetRef
 
 Batch = dict[str, np.ndarray]
 _ROW_GROUP_CACHE = 4  # decoded row groups kept for ds[i] and small reads
+SOURCE = "source"  # what Dataset.shard_source names the dataset itself
+NO_LOCATIONS_ENV = "SHARDFEED_NO_LOCATIONS"  # "1": read every shard from the dataset itself
+#: what a tier copy that cannot be used raises while being opened or read
+_COPY_ERRORS = (OSError, ValueError, ShardfeedError, pa.ArrowException)
+
+log = logging.getLogger("shardfeed")
 
 
 def load_manifest(location: Location) -> Manifest:
@@ -50,13 +65,105 @@ def load_manifest(location: Location) -> Manifest:
     return Manifest.loads(text, source=f"{location.display}/{MANIFEST_PATH}")
 
 
-class Dataset:
-    """A read-only view of a published dataset. ``len(ds)``, ``ds[i]``, ``read``, ``take``, ``verify``."""
+def load_locations(location: Location, manifest: Manifest) -> Locations | None:
+    """The dataset's staged copies (``meta/shardfeed/locations.json``), or None if it has none.
 
-    def __init__(self, location: Location, manifest: Manifest, info: Info) -> None:
+    Never fatal: a file that cannot be read or parsed, or that was written for another dataset
+    (fingerprint, samples or shards differ from ``manifest``), is ignored with a warning.
+    """
+    where = f"{location.display}/{LOCATIONS_PATH}"
+    try:
+        if location.info(LOCATIONS_PATH).type == pafs.FileType.NotFound:
+            return None
+        locations = Locations.loads(location.read_bytes(LOCATIONS_PATH), source=where)
+    except _COPY_ERRORS as err:
+        log.warning("%s ignored, shards are read from the dataset itself: %s", where, err)
+        return None
+    ref = DatasetRef(manifest.fingerprint, manifest.num_samples, len(manifest.shards))
+    if locations.dataset != ref:
+        log.warning(
+            "%s ignored, shards are read from the dataset itself: it was written for dataset %s "
+            "(%d samples, %d shards), not this one, %s (%d samples, %d shards)",
+            where,
+            locations.dataset.fingerprint,
+            locations.dataset.num_samples,
+            locations.dataset.num_shards,
+            ref.fingerprint,
+            ref.num_samples,
+            ref.num_shards,
+        )
+        return None
+    return locations
+
+
+def tier_preference(locations: Locations) -> tuple[str, ...]:
+    """Tier names in the order a reader tries them: node tiers, then shared tiers; within each,
+    higher declared read bandwidth first, ties by name. The dataset itself comes after all."""
+    tiers = locations.tiers
+    return tuple(
+        sorted(tiers, key=lambda n: (tiers[n].scope != "node", -tiers[n].read_bandwidth, n))
+    )
+
+
+class _ShardMissing(CorruptShardError):
+    """The shard file is not there (normal for a node tier: each node holds a subset)."""
+
+
+class _TierCopies:
+    """The tier copies a dataset's shards may be read from, with each tier's root located on
+    first use (an object-store filesystem is only built when a shard needs it)."""
+
+    def __init__(
+        self, locations: Locations, filesystems: Mapping[str, pafs.FileSystem] | None
+    ) -> None:
+        self.locations = locations
+        self.order = tier_preference(locations)
+        self._filesystems = dict(filesystems or {})
+        self._roots: dict[str, Location | None] = {}
+
+    def is_node(self, tier: str) -> bool:
+        return self.locations.tiers[tier].scope == "node"
+
+    def candidates(self, rel: str) -> list[str]:
+        """Tiers that may hold ``rel``, in preference order: every node tier (probed), and the
+        shared tiers ``locations.json`` lists for it."""
+        held = self.locations.files.get(rel, ())
+        return [t for t in self.order if self.is_node(t) or t in held]
+
+    def root(self, tier: str) -> Location | None:
+        """The tier's root, or None (warned once) if its URI cannot be reached."""
+        if tier not in self._roots:
+            uri = self.locations.tiers[tier].uri
+            try:
+                self._roots[tier] = locate(uri, self._filesystems.get(tier))
+            except _COPY_ERRORS as err:
+                log.warning("tier %r (%s) skipped: cannot reach it: %s", tier, uri, err)
+                self._roots[tier] = None
+        return self._roots[tier]
+
+
+class Dataset:
+    """A read-only view of a published dataset. ``len(ds)``, ``ds[i]``, ``read``, ``take``, ``verify``.
+
+    ``location`` is the dataset itself; with ``locations`` (its staged copies), shards are read
+    from tier copies when they pass the checks (see the module docstring). ``tier_filesystems``
+    maps a tier name to the pyarrow filesystem its URI lives on; by default the URI picks one.
+    """
+
+    def __init__(
+        self,
+        location: Location,
+        manifest: Manifest,
+        info: Info,
+        *,
+        locations: Locations | None = None,
+        tier_filesystems: Mapping[str, pafs.FileSystem] | None = None,
+    ) -> None:
         self.location = location
         self.manifest = manifest
         self.info = info
+        self.locations = locations
+        self._tiers = _TierCopies(locations, tier_filesystems) if locations is not None else None
         self.features: FeatureSpec = info.features
         self._encoding = get_encoding(manifest.encoding)
         self._starts = [s.index_start for s in manifest.shards]
@@ -65,6 +172,8 @@ class Dataset:
         ]
         self._files: dict[int, ShardFile] = {}
         self._handles: dict[int, Any] = {}
+        self._served: dict[int, str] = {}  # shard -> tier its open file is on (SOURCE: the dataset)
+        self._rejected: dict[int, set[str]] = {}  # shard -> tiers whose copy failed a check
         self._cache: OrderedDict[tuple[int, int, tuple[str, ...]], pa.Table] = OrderedDict()
         self._schema = self.features.arrow_schema()
 
@@ -142,6 +251,14 @@ class Dataset:
         inverse[order] = np.arange(len(order))
         return self._to_numpy(table.take(pa.array(inverse)), names)
 
+    def shard_source(self, shard: int) -> str:
+        """The tier shard ``shard`` is read from (e.g. ``"nvme"``, ``"pfs"``; ``"source"`` for the
+        dataset itself), resolving it now if nothing has read it yet."""
+        if not 0 <= shard < len(self.shards):
+            raise IndexError(f"shard {shard} out of range for {len(self.shards)} shards")
+        self._open(shard)
+        return self._served[shard]
+
     def iter_batches(
         self, batch_size: int, columns: Sequence[str] | None = None
     ) -> Iterator[Batch]:
@@ -197,28 +314,81 @@ class Dataset:
         try:
             return shard_file.read_row_groups(groups, names)
         except (OSError, ValueError, pa.ArrowException) as err:
-            raise CorruptShardError(
-                f"{self.shards[shard].path}: cannot read row groups {groups}: {err}"
-            ) from None
+            if self._served[shard] == SOURCE:
+                raise CorruptShardError(
+                    f"{self.shards[shard].path}: cannot read row groups {groups}: {err}"
+                ) from None
+            problem = f"cannot read row groups {groups}: {err}"
+        # a tier copy that passed the open checks but fails a page checksum: drop it and read
+        # from the next copy (each retry rejects one tier; the dataset itself ends the chain)
+        self._reject(shard, self._served[shard], problem)
+        self._forget(shard)
+        return self._read_groups(shard, groups, names)
 
     def _open(self, shard: int) -> ShardFile:
+        """The shard's open file: from the first tier copy that passes the checks, else from the
+        dataset itself (whose errors are raised)."""
         found = self._files.get(shard)
         if found is not None:
             return found
+        if self._tiers is not None:
+            rejected = self._rejected.get(shard, set())
+            for tier in self._tiers.candidates(self.shards[shard].path):
+                root = None if tier in rejected else self._tiers.root(tier)
+                if root is None:
+                    continue
+                try:
+                    return self._open_at(shard, tier, root)
+                except _ShardMissing as err:
+                    if not self._tiers.is_node(tier):
+                        self._reject(shard, tier, str(err))
+                    # else: this node holds no copy of the shard, the usual case
+                except _COPY_ERRORS as err:
+                    self._reject(shard, tier, str(err))
+        return self._open_at(shard, SOURCE, self.location)
+
+    def _reject(self, shard: int, tier: str, problem: str) -> None:
+        """Skip ``tier``'s copy of ``shard`` from now on, with a warning."""
+        self._rejected.setdefault(shard, set()).add(tier)
+        rel = self.shards[shard].path
+        log.warning(
+            "tier %r copy of %s not used (%s): %s; trying the next copy",
+            tier,
+            rel,
+            self.locations.uri(tier, rel),
+            problem.removeprefix(f"{rel}: "),
+        )
+
+    def _open_at(self, shard: int, tier: str, location: Location) -> ShardFile:
+        """Open the shard under ``location`` and check it against its record (size, footer rows
+        and row groups, schema; no hashing)."""
         record = self.shards[shard]
         field = f"shards[{shard}].path"
-        info = self.location.info(record.path, field)
+        info = location.info(record.path, field)
         if info.type == pafs.FileType.NotFound:
-            raise CorruptShardError(f"{record.path}: shard is missing")
+            raise _ShardMissing(f"{record.path}: shard is missing")
         if info.size != record.bytes:
             raise CorruptShardError(
                 f"{record.path}: size {info.size} bytes, manifest says {record.bytes}"
             )
-        if self.location.is_local:
-            source: Any = self.location.path(record.path, field)
+        handle = None
+        if location.is_local:
+            source: Any = location.path(record.path, field)
         else:
-            source = self.location.open_input(record.path, field)
-            self._handles[shard] = source
+            source = handle = location.open_input(record.path, field)
+        try:
+            shard_file = self._checked(record, source)
+        except BaseException:
+            if handle is not None:
+                handle.close()
+            raise
+        if handle is not None:
+            self._handles[shard] = handle
+        self._files[shard] = shard_file
+        self._served[shard] = tier
+        return shard_file
+
+    def _checked(self, record: ShardRecord, source: Any) -> ShardFile:
         try:
             shard_file = self._encoding.open(source)
         except (OSError, ValueError, pa.ArrowException) as err:
@@ -234,14 +404,22 @@ class Dataset:
         schema = getattr(shard_file, "schema", None)
         if schema is not None and not schema.remove_metadata().equals(self._schema):
             raise CorruptShardError(f"{record.path}: schema does not match meta/info.json features")
-        self._files[shard] = shard_file
         return shard_file
+
+    def _forget(self, shard: int) -> None:
+        handle = self._handles.pop(shard, None)
+        if handle is not None:
+            handle.close()
+        self._files.pop(shard, None)
+        self._served.pop(shard, None)
 
     def close(self) -> None:
         for handle in self._handles.values():
             handle.close()
         self._handles.clear()
         self._files.clear()
+        self._served.clear()
+        self._rejected.clear()
         self._cache.clear()
 
     def __enter__(self) -> Dataset:
@@ -255,12 +433,21 @@ class Dataset:
 
 
 def open_dataset(
-    path: str | os.PathLike[str], *, filesystem: pafs.FileSystem | None = None
+    path: str | os.PathLike[str],
+    *,
+    filesystem: pafs.FileSystem | None = None,
+    use_locations: bool = True,
+    tier_filesystems: Mapping[str, pafs.FileSystem] | None = None,
 ) -> Dataset:
     """Open a published dataset (local path or URI such as ``s3://bucket/ds``).
 
     Refuses a directory with no valid manifest, a manifest path that escapes the root (``..``,
     absolute, or a symlink out), and an ``info.json`` that disagrees with the manifest.
+
+    A staged dataset is read through its tier copies (see the module docstring) unless
+    ``use_locations`` is False or the environment sets ``SHARDFEED_NO_LOCATIONS=1``.
+    ``tier_filesystems`` maps a tier name to the pyarrow filesystem of its URI (e.g. an
+    ``S3FileSystem`` with an endpoint); by default the URI and environment pick one.
     """
     location = locate(path, filesystem)
     manifest = load_manifest(location)
@@ -286,7 +473,10 @@ def open_dataset(
             f"{info.total_frames} disagrees with the manifest's {manifest.num_samples} samples",
             source=INFO_PATH,
         )
-    return Dataset(location, manifest, info)
+    locations = None
+    if use_locations and os.environ.get(NO_LOCATIONS_ENV) != "1":
+        locations = load_locations(location, manifest)
+    return Dataset(location, manifest, info, locations=locations, tier_filesystems=tier_filesystems)
 
 
 def _json(data: bytes, source: str) -> Any:

@@ -6,9 +6,11 @@ from typing import Any
 
 import numpy as np
 
+from shardfeed.formats.reader import tier_preference
 from shardfeed.planning.assign import EpochPlan, World
 from shardfeed.planning.balance import max_over_mean
 from shardfeed.schemas.info import Info
+from shardfeed.schemas.locations import Locations
 from shardfeed.schemas.manifest import Manifest
 
 
@@ -56,6 +58,32 @@ def dataset_summary(manifest: Manifest, info: Info) -> dict[str, Any]:
         "format_version": manifest.format_version,
         "provenance": manifest.provenance.to_json(),
     }
+
+
+def staging_summary(manifest: Manifest, locations: Locations) -> dict[str, Any]:
+    """A staged dataset's tiers and copies, both in the order readers try tiers.
+
+    ``tiers`` maps each tier to its scope, URI, completeness, read bandwidth (bytes/s) and the
+    shards and shard bytes it holds verified copies of; a node tier's counts are None (each node
+    holds its own subset, filled by ``shardfeed warm``). ``copies`` lists, per shard, the shared
+    tiers holding it.
+    """
+    order = tier_preference(locations)
+    copies = [[t for t in order if t in locations.files.get(s.path, ())] for s in manifest.shards]
+    tiers = {}
+    for name in order:
+        copy = locations.tiers[name]
+        held = [s for s, names in zip(manifest.shards, copies, strict=True) if name in names]
+        node = copy.scope == "node"
+        tiers[name] = {
+            "scope": copy.scope,
+            "uri": copy.uri,
+            "complete": copy.complete,
+            "read_bandwidth": copy.read_bandwidth,
+            "shards": None if node else len(held),
+            "bytes": None if node else sum(s.bytes for s in held),
+        }
+    return {"tiers": tiers, "copies": copies}
 
 
 def _target_shard_bytes(manifest: Manifest) -> int | None:

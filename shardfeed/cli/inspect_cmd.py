@@ -6,9 +6,9 @@ import argparse
 
 from shardfeed.cli import assignment_view, hot_view
 from shardfeed.cli._common import EXIT_OK, fail, print_json
-from shardfeed.formats.reader import open_dataset
+from shardfeed.formats.reader import load_locations, open_dataset
 from shardfeed.schemas.units import format_size
-from shardfeed.summary import dataset_summary
+from shardfeed.summary import dataset_summary, staging_summary
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -59,17 +59,25 @@ def run(args: argparse.Namespace) -> int:
         return assignment_view.run(args)
     if args.plot or args.rank is not None:
         return fail("--plot and --rank belong to the --assignment (or --hot) view", 2)
-    with open_dataset(args.dataset) as ds:
+    with open_dataset(args.dataset, use_locations=False) as ds:  # no shard is read
         summary = dataset_summary(ds.manifest, ds.info)
+        locations = load_locations(ds.location, ds.manifest)
+        staged = staging_summary(ds.manifest, locations) if locations is not None else None
         if args.json:
             summary["shards"] = [s.to_json() for s in ds.manifest.shards]
+            if staged is not None:
+                summary["tiers"] = staged["tiers"]
+                for item, copies in zip(summary["shards"], staged["copies"], strict=True):
+                    item["copies"] = copies
             print_json(summary)
             return EXIT_OK
-        print(render(args.dataset, summary, ds.manifest.shards, args.shards))
+        print(render(args.dataset, summary, ds.manifest.shards, args.shards, staged))
     return EXIT_OK
 
 
-def render(name: str, s: dict, shards, limit: int) -> str:
+def render(name: str, s: dict, shards, limit: int, staged: dict | None = None) -> str:
+    """The text view; ``staged`` (from ``staging_summary``) adds the tiers and each shard's
+    copies."""
     bal = s["balance"]
     lines = [
         f"dataset        {name}",
@@ -100,6 +108,8 @@ def render(name: str, s: dict, shards, limit: int) -> str:
     for fname, feat in s["features"].items():
         note = "" if feat["stored"] else "  (in videos/, no data column)"
         lines.append(f"  {fname:<{width}}  {feat['dtype']:<8} {feat['shape']}{note}")
+    if staged is not None:
+        lines += _render_tiers(staged["tiers"])
     shown = shards if limit < 0 else shards[:limit]
     if shown:
         lines += [
@@ -108,11 +118,36 @@ def render(name: str, s: dict, shards, limit: int) -> str:
             if len(shown) < len(shards)
             else "shards",
         ]
+        ranges = [f"[{rec.index_start}, {rec.index_end})" for rec in shown]
+        copies = [""] * len(shown) if staged is None else staged["copies"][: len(shown)]
+        width = max(len("index range"), *map(len, ranges))
+        label = "index range" if staged is None else f"{'index range':<{width}}  copies"
         lines.append(
-            f"  {'path':<34} {'rows':>9} {'groups':>6} {'bytes':>11} {'payload':>11}  index range"
+            f"  {'path':<34} {'rows':>9} {'groups':>6} {'bytes':>11} {'payload':>11}  {label}"
         )
-        for rec in shown:
+        for rec, span, held in zip(shown, ranges, copies, strict=True):
+            tail = "" if staged is None else f"  {','.join(held) or '-'}"
             lines.append(
-                f"  {rec.path:<34} {rec.rows:>9,} {len(rec.row_groups):>6} {format_size(rec.bytes):>11} {format_size(rec.payload_bytes):>11}  [{rec.index_start}, {rec.index_end})"
+                f"  {rec.path:<34} {rec.rows:>9,} {len(rec.row_groups):>6} {format_size(rec.bytes):>11} {format_size(rec.payload_bytes):>11}  {span:<{width}}{tail}".rstrip()
             )
     return "\n".join(lines)
+
+
+def _render_tiers(tiers: dict) -> list[str]:
+    """The tiers section: one line per tier, in the order readers try them."""
+    width = max((len(n) for n in tiers), default=4)
+    lines = [
+        "",
+        "tiers (staged copies, in the order readers try them; then the dataset itself)",
+        f"  {'name':<{width}}  {'scope':<6}  {'complete':<8}  {'shards':>6}  {'bytes':>11}  uri",
+    ]
+    for name, t in tiers.items():
+        node = t["shards"] is None
+        shards = "-" if node else f"{t['shards']:,}"
+        nbytes = "-" if node else format_size(t["bytes"])
+        complete = "yes" if t["complete"] else "no"
+        note = "  (per node, see shardfeed warm)" if node else ""
+        lines.append(
+            f"  {name:<{width}}  {t['scope']:<6}  {complete:<8}  {shards:>6}  {nbytes:>11}  {t['uri']}{note}"
+        )
+    return lines

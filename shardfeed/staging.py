@@ -289,17 +289,15 @@ def _striping(config: TierConfig, tier_plan: TierPlan, target: Target):
     tier = config.tier(tier_plan.tier)
     if not target.is_local:
         return "striping skipped: an object store", None
-    try:
-        from shardfeed.formats.lustre import plan_striping, set_stripe, stripe_layout
-    except ImportError:  # pragma: no cover - the module ships with shardfeed
-        return "striping skipped", None
-    decision = plan_striping(target.root, tier.stripe_count, tier.stripe_size)
+    from shardfeed.formats import lustre
+
+    decision = lustre.plan_striping(target.root, tier.stripe_count, tier.stripe_size)
     if not decision.enabled:
         return decision.reason, None
 
     def before_write(path: str, size: int) -> None:
-        count, stripe_size = stripe_layout(size, tier.stripe_count, tier.stripe_size)
-        set_stripe(path, count, stripe_size, decision.lfs)
+        count, stripe_size = lustre.stripe_layout(size, tier.stripe_count, tier.stripe_size)
+        lustre.set_stripe(path, count, stripe_size, decision.lfs)
 
     return decision.reason, before_write
 

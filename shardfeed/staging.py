@@ -158,16 +158,18 @@ def stage(
     filesystems: Mapping[str, pafs.FileSystem] | None = None,
     progress: Callable[[int], None] | None = None,
     beam_args: list[str] | None = None,
+    planned: tuple | None = None,
 ) -> StageReport:
     """Stage ``dataset`` to the shared tiers of ``tiers`` (see the module docstring).
 
     ``filesystems`` maps a tier name to the pyarrow filesystem its URI lives on (e.g. an
     ``S3FileSystem`` with an endpoint); by default the URI picks one. ``beam_args`` (e.g.
     ``["--runner=dask", ...]``) run the copies as a Beam pipeline instead of a thread pool; the
-    lock, the clean-up, the manifest and locations.json stay with this process."""
+    lock, the clean-up, the manifest and locations.json stay with this process. ``planned``:
+    what :func:`plan` returned for the same arguments, so it is not computed twice."""
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
-    source, config, staging, _ = plan(dataset, tiers, only=only)
+    source, config, staging, _ = planned or plan(dataset, tiers, only=only)
     report = StageReport(staging, dry_run)
     targets = {t.tier: tier_target(t.uri, (filesystems or {}).get(t.tier)) for t in staging.tiers}
     for tier_plan in staging.tiers:

@@ -56,7 +56,8 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         beam_args = [f"--runner={args.runner}", *beam_args]
 
     only = tuple(args.tier) if args.tier else None
-    _, _, staging, _ = plan(args.dataset, args.tiers, only=only)
+    planned = plan(args.dataset, args.tiers, only=only)
+    staging = planned[2]
     bar = (
         None
         if args.dry_run or args.json

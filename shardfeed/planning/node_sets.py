@@ -18,7 +18,7 @@ import numpy as np
 from shardfeed.planning.spans import RowBytes, Spans, merge_adjacent, refine, sorted_unique
 
 DEFAULT_TOLERANCE = 0.003  # node bytes within 0.3% of the mean: leaves room for rank balance
-DEFAULT_MAX_EXCHANGE = 0.06  # keeps affinity at or above about 0.94
+DEFAULT_MAX_EXCHANGE = 0.08  # keeps affinity at or above about 0.92
 _CANDIDATES = 64  # smallest samples of the light node tried per swap
 _MAX_CANDIDATES = 1 << 16  # samples per node considered for swaps
 

@@ -101,7 +101,7 @@ def copy_file(
                     progress(n)
             if target.is_local:
                 writer.flush()
-                os.fsync(writer.fileno())
+                os.fdatasync(writer.fileno())  # the data; the rename then makes the name durable
         if written != size or digest.hexdigest() != sha256:
             raise CopyMismatchError(
                 f"{source.display}/{rel}: read {written} bytes with sha256 {digest.hexdigest()[:16]}…, "

@@ -85,3 +85,25 @@ def small_spec() -> FeatureSpec:
 def read_tree() -> Callable[[str | os.PathLike[str]], dict[str, bytes]]:
     """The ``tree_bytes`` helper, for byte-for-byte comparisons of whole datasets."""
     return tree_bytes
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """A moto S3 server on loopback with a bucket named ``bucket``: ``(filesystem, host:port)``."""
+    moto_server = pytest.importorskip("moto.server")
+    import pyarrow.fs as pafs
+
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    fs = pafs.S3FileSystem(
+        access_key="testing",
+        secret_key="testing",
+        region="us-east-1",
+        scheme="http",
+        endpoint_override=f"{host}:{port}",
+        allow_bucket_creation=True,
+    )
+    fs.create_dir("bucket")
+    yield fs, f"{host}:{port}"
+    server.stop()

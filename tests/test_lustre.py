@@ -377,7 +377,7 @@ def test_set_stripe_validates_and_guards_dash_names(tmp_path, monkeypatch):
 
 def test_stage_stripes_each_temporary_file_on_lustre(tmp_path, monkeypatch):
     """Staging to a Lustre tier creates every temporary file through lfs before writing it."""
-    from test_staging import dataset
+    from staging_fixtures import dataset
 
     from shardfeed.formats import lustre
     from shardfeed.staging import stage

@@ -20,24 +20,6 @@ FEATURES = {
 
 
 @pytest.fixture(scope="module")
-def s3():
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    fs = pafs.S3FileSystem(
-        access_key="testing",
-        secret_key="testing",
-        region="us-east-1",
-        scheme="http",
-        endpoint_override=f"{host}:{port}",
-        allow_bucket_creation=True,
-    )
-    fs.create_dir("bucket")
-    yield fs, f"{host}:{port}"
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def local_dataset(tmp_path_factory):
     rng = np.random.default_rng(3)
     n = 2000

@@ -13,103 +13,16 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import pyarrow.fs as pafs
 import pytest
+from staging_fixtures import dataset, final_files, tiers_toml
 
 from shardfeed.cli.main import main
 from shardfeed.formats.atomic import is_temp_name
-from shardfeed.formats.dataset_writer import write_dataset
 from shardfeed.formats.verify import verify_dataset
 from shardfeed.schemas.locations import Locations
 from shardfeed.staging import CapacityError, StageLockedError, stage
 
 moto_server = pytest.importorskip("moto.server")
-
-SPEC = {"blob": {"dtype": "image", "shape": [8, 8, 3]}, "id": {"dtype": "int64", "shape": [1]}}
-
-
-@pytest.fixture(scope="module")
-def s3():
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    fs = pafs.S3FileSystem(
-        access_key="testing",
-        secret_key="testing",
-        region="us-east-1",
-        scheme="http",
-        endpoint_override=f"{host}:{port}",
-        allow_bucket_creation=True,
-    )
-    fs.create_dir("bucket")
-    yield fs, f"http://{host}:{port}"
-    server.stop()
-
-
-def dataset(root: Path, n: int = 400, size: int = 2000, hot_shards: int = 0) -> Path:
-    rng = np.random.default_rng(0)
-    blobs = [rng.bytes(int(k)) for k in rng.integers(size // 2, size * 2, n)]
-    write_dataset(
-        root,
-        SPEC,
-        {"blob": blobs, "id": [[i] for i in range(n)]},
-        target_shard_size=n * size // 8,
-        cost="bytes",  # random bytes are not images: count payload bytes
-    )
-    if hot_shards:  # mark the leading shards hot, as convert --hot-weights does
-        path = root / "meta/shardfeed/manifest.json"
-        text = path.read_text()
-        path.write_text(
-            text.replace('\n  "provenance"', f'\n  "hot_shards": {hot_shards},\n  "provenance"')
-        )
-    return root
-
-
-def tiers_toml(base: Path, capacity: str = "1GB", cold: bool = True) -> Path:
-    text = f"""
-[tiers.nvme]
-path = "{base}/nvme/{{dataset}}"
-scope = "node"
-capacity = "1GB"
-read_bandwidth = "5GB/s"
-
-[tiers.pfs]
-path = "{base}/pfs/{{dataset}}"
-scope = "shared"
-capacity = "{capacity}"
-read_bandwidth = "2GB/s"
-
-[tiers.warm]
-path = "{base}/warm/{{dataset}}"
-scope = "shared"
-capacity = "1GB"
-read_bandwidth = "1GB/s"
-"""
-    if cold:
-        text += """
-[tiers.cold]
-path = "s3://bucket/datasets/{dataset}"
-scope = "shared"
-capacity = "1GB"
-read_bandwidth = "100MB/s"
-"""
-    text += f"""
-[policy]
-hot = ["nvme", "warm"]
-all = {'["pfs", "cold"]' if cold else '["pfs"]'}
-"""
-    path = base / "tiers.toml"
-    path.write_text(text)
-    return path
-
-
-def final_files(root: Path) -> dict[str, bytes]:
-    return {
-        str(p.relative_to(root)): p.read_bytes()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and not is_temp_name(p.name)
-    }
 
 
 def test_stage_three_local_tiers_and_s3_cold(tmp_path, s3):
@@ -190,7 +103,8 @@ def test_a_second_stage_on_a_locked_tier_is_refused(tmp_path):
 
 
 def test_cli_reaches_s3_through_the_environment(tmp_path, s3, capsys):
-    fs, endpoint = s3
+    fs, host_port = s3
+    endpoint = f"http://{host_port}"
     src = dataset(tmp_path / "ds", n=60)
     config = tiers_toml(tmp_path)
     env = {

@@ -5,88 +5,27 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-from pathlib import Path
 
 import numpy as np
-import pyarrow.fs as pafs
 import pytest
+from staging_fixtures import dataset, tiers_toml
 
 from shardfeed.cli.main import main
-from shardfeed.formats.dataset_writer import write_dataset
 from shardfeed.formats.reader import open_dataset
 from shardfeed.schemas.locations import Locations
 from shardfeed.staging import stage
 
 moto_server = pytest.importorskip("moto.server")
 
-SPEC = {"blob": {"dtype": "image", "shape": [8, 8, 3]}, "id": {"dtype": "int64", "shape": [1]}}
 LOCATIONS = "meta/shardfeed/locations.json"
 HOT = 2  # the leading shards marked hot: staged to warm as well as pfs
-
-
-def dataset(root: Path, n: int = 400, size: int = 2000) -> Path:
-    """A dataset of about eight shards, the first ``HOT`` marked hot (as convert --hot-weights)."""
-    rng = np.random.default_rng(0)
-    blobs = [rng.bytes(int(k)) for k in rng.integers(size // 2, size * 2, n)]
-    write_dataset(
-        root,
-        SPEC,
-        {"blob": blobs, "id": [[i] for i in range(n)]},
-        target_shard_size=n * size // 8,
-        row_group_size=n * size // 32,
-        cost="bytes",  # random bytes are not images: count payload bytes
-    )
-    path = root / "meta/shardfeed/manifest.json"
-    text = path.read_text()
-    path.write_text(text.replace('\n  "provenance"', f'\n  "hot_shards": {HOT},\n  "provenance"'))
-    return root
-
-
-def tiers_toml(base: Path, cold: bool = False) -> Path:
-    """nvme (node, 5GB/s), pfs (shared, 2GB/s: every shard), warm (shared, 1GB/s: hot shards),
-    and optionally an S3 cold tier (100MB/s: every shard)."""
-    text = f"""
-[tiers.nvme]
-path = "{base}/nvme/{{dataset}}"
-scope = "node"
-capacity = "1GB"
-read_bandwidth = "5GB/s"
-
-[tiers.pfs]
-path = "{base}/pfs/{{dataset}}"
-scope = "shared"
-capacity = "1GB"
-read_bandwidth = "2GB/s"
-
-[tiers.warm]
-path = "{base}/warm/{{dataset}}"
-scope = "shared"
-capacity = "1GB"
-read_bandwidth = "1GB/s"
-"""
-    if cold:
-        text += """
-[tiers.cold]
-path = "s3://bucket/datasets/{dataset}"
-scope = "shared"
-capacity = "1GB"
-read_bandwidth = "100MB/s"
-"""
-    text += f"""
-[policy]
-hot = ["nvme", "warm"]
-all = {'["pfs", "cold"]' if cold else '["pfs"]'}
-"""
-    path = base / "tiers.toml"
-    path.write_text(text)
-    return path
 
 
 @pytest.fixture
 def staged(tmp_path):
     """(source, its full contents read without tiers, shard paths) after staging to pfs and warm."""
-    src = dataset(tmp_path / "ds")
-    stage(src, tiers_toml(tmp_path))
+    src = dataset(tmp_path / "ds", hot_shards=HOT)
+    stage(src, tiers_toml(tmp_path, cold=False))
     with open_dataset(src, use_locations=False) as ds:
         expected = ds.read(0, len(ds))
         paths = [s.path for s in ds.shards]
@@ -266,26 +205,9 @@ def test_inspect_without_locations_has_no_tiers(staged, capsys):
     assert "copies" not in out
 
 
-@pytest.fixture(scope="module")
-def s3():
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    fs = pafs.S3FileSystem(
-        access_key="testing",
-        secret_key="testing",
-        region="us-east-1",
-        scheme="http",
-        endpoint_override=f"{host}:{port}",
-        allow_bucket_creation=True,
-    )
-    fs.create_dir("bucket")
-    yield fs
-    server.stop()
-
-
 def test_s3_cold_tier_serves_shards_missing_from_pfs(tmp_path, s3, caplog):
-    src = dataset(tmp_path / "ds")
+    s3, _ = s3  # the loopback server's filesystem
+    src = dataset(tmp_path / "ds", hot_shards=HOT)
     stage(src, tiers_toml(tmp_path, cold=True), filesystems={"cold": s3})
     assert Locations.loads((src / LOCATIONS).read_bytes()).tiers["cold"].scope == "shared"
     with open_dataset(src, use_locations=False) as ds:

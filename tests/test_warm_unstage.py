@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_staging import dataset, final_files
+from staging_fixtures import dataset, final_files
 
 from shardfeed.assignment import World, assign
 from shardfeed.cli.main import main

@@ -77,6 +77,8 @@ class WriteShardedDataset(beam.PTransform):
       ``"100MB"``, ``"4MiB"``); ``shuffle_seed`` picks the (content-keyed) order.
     - ``tasks``, ``fps`` and ``robot_type`` go to ``meta/info.json`` (and ``meta/tasks.parquet``);
       ``source`` is recorded as ``provenance.source`` in the manifest.
+    - ``cost``: what ``samples.parquet``'s per-sample cost counts (``auto``, ``tokens``,
+      ``pixels``, ``frames`` or ``bytes``; ``formats/cost.py``).
     - ``overwrite``: replace a dataset already at ``dst``. Without it a non-empty ``dst`` is
       refused when the transform is applied (a ``dst`` holding only an interrupted run's work
       directory is taken over). With it, the old dataset is removed only once every input sample
@@ -102,6 +104,7 @@ class WriteShardedDataset(beam.PTransform):
         robot_type: str | None = None,
         overwrite: bool = False,
         source: str = "beam",
+        cost: str = "auto",
     ) -> None:
         super().__init__()
         spec = features if isinstance(features, FeatureSpec) else FeatureSpec.of(features)
@@ -120,6 +123,7 @@ class WriteShardedDataset(beam.PTransform):
             target_shard_bytes=target,
             row_group_bytes=row_group,
             source=source,
+            cost=cost,
             content_options={
                 "from": "beam",
                 "target_shard_size": target,

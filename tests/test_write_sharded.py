@@ -17,6 +17,7 @@ import pytest
 pytest.importorskip("apache_beam")
 
 import apache_beam as beam
+import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 
@@ -187,6 +188,16 @@ def test_payload_balance_on_a_long_tail_corpus(tmp_path):
     ratio = max(payload) / (sum(payload) / len(payload))
     assert ratio <= 1.02, ratio
     assert manifest.num_samples == 3000 and verify_dataset(dst).ok
+
+
+def test_cost_kind_is_chosen_by_the_caller(tmp_path):
+    dst = tmp_path / "ds"
+    write(corpus(200, seed=4), dst, cost="bytes")
+    ds = open_dataset(dst)
+    assert ds.manifest.cost.kind == "bytes"
+    assert ds.manifest.provenance.content_options["cost"] == "bytes"
+    costs = pq.read_table(dst / "meta/shardfeed/samples.parquet")
+    assert costs.column("cost").to_pylist() == costs.column("bytes").to_pylist()
 
 
 def test_published_dataset_is_refused_without_overwrite(reference, tmp_path):

@@ -103,3 +103,15 @@ def load_document(text: str | bytes, source: str, parse: Callable[[Any], T]) -> 
         return parse(obj)
     except SchemaError as err:
         raise err.with_source(source) from None
+
+
+class JsonDocument:
+    """``dumps``/``loads`` for the small JSON headers planners write: subclasses define
+    ``to_json`` and a ``from_json`` classmethod; ``loads`` names the file in every error."""
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=1) + "\n"  # type: ignore[attr-defined]
+
+    @classmethod
+    def loads(cls: type[T], text: str | bytes, source: str) -> T:
+        return load_document(text, source, cls.from_json)  # type: ignore[attr-defined]

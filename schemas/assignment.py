@@ -7,12 +7,17 @@ the table's own size and sha256. A loader refuses the assignment when the datase
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
-from shardfeed.schemas._strict import count, get, load_document, parse_version, require_object
+from shardfeed.schemas._strict import (
+    JsonDocument,
+    count,
+    get,
+    parse_version,
+    require_object,
+)
 from shardfeed.schemas.errors import SchemaError
 from shardfeed.schemas.sidecar import DatasetRef, TableRecord
 
@@ -143,7 +148,7 @@ class ResumeRecord:
 
 
 @dataclass(frozen=True)
-class AssignmentHeader:
+class AssignmentHeader(JsonDocument):
     name: str
     world: WorldRecord
     seed: int
@@ -182,13 +187,6 @@ class AssignmentHeader:
             "table": self.table.to_json(),
             "resumed_from": None if self.resumed_from is None else self.resumed_from.to_json(),
         }
-
-    def dumps(self) -> str:
-        return json.dumps(self.to_json(), indent=1, sort_keys=False) + "\n"
-
-    @classmethod
-    def loads(cls, text: str | bytes, source: str) -> AssignmentHeader:
-        return load_document(text, source, cls.from_json)
 
     @classmethod
     def from_json(cls, obj: Any) -> AssignmentHeader:

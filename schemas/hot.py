@@ -8,11 +8,16 @@ dataset they were made for and the sha256 of their table.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, fields
 from typing import Any
 
-from shardfeed.schemas._strict import count, get, load_document, parse_version, require_object
+from shardfeed.schemas._strict import (
+    JsonDocument,
+    count,
+    get,
+    parse_version,
+    require_object,
+)
 from shardfeed.schemas.errors import SchemaError
 from shardfeed.schemas.sidecar import DatasetRef, TableRecord
 
@@ -69,7 +74,7 @@ class HotSource:
 
 
 @dataclass(frozen=True)
-class HotIndexHeader:
+class HotIndexHeader(JsonDocument):
     dataset: DatasetRef
     source: HotSource
     samples: int  # samples with expected accesses > 0 (the table's rows)
@@ -88,13 +93,6 @@ class HotIndexHeader:
             "accessed_bytes": self.accessed_bytes,
             "table": self.table.to_json(),
         }
-
-    def dumps(self) -> str:
-        return json.dumps(self.to_json(), indent=1) + "\n"
-
-    @classmethod
-    def loads(cls, text: str | bytes, source: str) -> HotIndexHeader:
-        return load_document(text, source, cls.from_json)
 
     @classmethod
     def from_json(cls, obj: Any) -> HotIndexHeader:
@@ -145,7 +143,7 @@ class NodePins:
 
 
 @dataclass(frozen=True)
-class CachePlanHeader:
+class CachePlanHeader(JsonDocument):
     dataset: DatasetRef
     hot_index_sha256: str
     nodes: int
@@ -168,13 +166,6 @@ class CachePlanHeader:
             "pins": [p.to_json() for p in self.pins],
             "table": self.table.to_json(),
         }
-
-    def dumps(self) -> str:
-        return json.dumps(self.to_json(), indent=1) + "\n"
-
-    @classmethod
-    def loads(cls, text: str | bytes, source: str) -> CachePlanHeader:
-        return load_document(text, source, cls.from_json)
 
     @classmethod
     def from_json(cls, obj: Any) -> CachePlanHeader:

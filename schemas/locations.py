@@ -10,11 +10,16 @@ outside a tier root.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardfeed.schemas._strict import count, get, load_document, parse_version, require_object
+from shardfeed.schemas._strict import (
+    JsonDocument,
+    count,
+    get,
+    parse_version,
+    require_object,
+)
 from shardfeed.schemas.errors import SchemaError
 from shardfeed.schemas.paths import check_relative_path
 from shardfeed.schemas.sidecar import DatasetRef
@@ -55,7 +60,7 @@ class TierCopy:
 
 
 @dataclass(frozen=True)
-class Locations:
+class Locations(JsonDocument):
     dataset: DatasetRef
     tiers: dict[str, TierCopy] = field(default_factory=dict)
     files: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -80,12 +85,9 @@ class Locations:
             "files": {path: list(names) for path, names in sorted(self.files.items())},
         }
 
-    def dumps(self) -> str:
-        return json.dumps(self.to_json(), indent=1) + "\n"
-
     @classmethod
     def loads(cls, text: str | bytes, source: str = LOCATIONS_PATH) -> Locations:
-        return load_document(text, source, cls.from_json)
+        return super().loads(text, source)
 
     @classmethod
     def from_json(cls, obj: Any) -> Locations:

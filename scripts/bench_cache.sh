@@ -12,17 +12,8 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-VENV=${BENCH_VENV:-.venv}
-
-if [[ ! -x "$VENV/bin/python" ]]; then
-    echo "bench_cache: creating $VENV" >&2
-    python3 -m venv "$VENV"
-fi
-if ! "$VENV/bin/python" -c "import numpy, shardfeed.planning.hot" 2>/dev/null; then
-    echo "bench_cache: installing -e . into $VENV" >&2
-    # pip may warn that a configured --find-links "Location ... is ignored"; that is harmless.
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e . 2>&1 \
-        | { grep -v "Location .* is ignored" || true; } >&2
-fi
+CORE_CHECK="import numpy, shardfeed.planning.hot"
+# shellcheck source=scripts/core_venv.sh
+source scripts/core_venv.sh
 
 exec "$VENV/bin/python" scripts/bench_cache.py "$@"

@@ -172,32 +172,32 @@ def stage(
     source, config, staging, _ = planned or plan(dataset, tiers, only=only)
     report = StageReport(staging, dry_run)
     targets = {t.tier: tier_target(t.uri, (filesystems or {}).get(t.tier)) for t in staging.tiers}
-    for tier_plan in staging.tiers:
-        report.striping[tier_plan.tier] = _striping(config, tier_plan, targets[tier_plan.tier])[0]
+    striping = {t.tier: _striping(config, t, targets[t.tier]) for t in staging.tiers}
+    report.striping = {name: reason for name, (reason, _) in striping.items()}
     if dry_run:
         return report
     for tier_plan in staging.tiers:
-        report.results.append(
-            _stage_tier(
-                source, config, tier_plan, targets[tier_plan.tier], workers, progress, beam_args
-            )
+        reason, before_write = striping[tier_plan.tier]
+        result = _stage_tier(
+            source, tier_plan, targets[tier_plan.tier], before_write, workers, progress, beam_args
         )
+        result.striping = reason
+        report.results.append(result)
     _record(source, config, staging, report)
     return report
 
 
 def _stage_tier(
     source: DatasetSource,
-    config: TierConfig,
     tier_plan: TierPlan,
     target: Target,
+    before_write: Callable[[str, int], None] | None,
     workers: int,
     progress: Callable[[int], None] | None,
     beam_args: list[str] | None = None,
 ) -> TierResult:
     started = time.monotonic()
     result = TierResult(tier_plan.tier, tier_plan.uri)
-    result.striping, before_write = _striping(config, tier_plan, target)
     with tier_lock(tier_plan.tier, target):
         result.removed_temporaries = len(remove_temporaries(target))
         tasks = [t for t in tier_plan.tasks if t.rel != MANIFEST_PATH]

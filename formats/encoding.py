@@ -30,6 +30,10 @@ class ShardFile(Protocol):
         self, indices: Sequence[int], columns: Sequence[str] | None
     ) -> pa.Table: ...
 
+    def group_extent(self, index: int) -> tuple[int, int]:
+        """Byte range ``[start, end)`` of the file that row group ``index`` lives in."""
+        ...
+
 
 class ShardEncoding(Protocol):
     name: str
@@ -66,6 +70,18 @@ class _ParquetShardFile:
     @property
     def schema(self) -> pa.Schema:
         return self._file.schema_arrow
+
+    def group_extent(self, index: int) -> tuple[int, int]:
+        group = self._file.metadata.row_group(index)
+        start, end = None, 0
+        for i in range(group.num_columns):
+            chunk = group.column(i)
+            first = chunk.data_page_offset
+            if chunk.has_dictionary_page and chunk.dictionary_page_offset is not None:
+                first = min(first, chunk.dictionary_page_offset)
+            start = first if start is None else min(start, first)
+            end = max(end, first + chunk.total_compressed_size)
+        return (start or 0), end
 
     def read_row_groups(self, indices: Sequence[int], columns: Sequence[str] | None) -> pa.Table:
         return self._file.read_row_groups(

@@ -18,9 +18,10 @@ import hashlib
 import json
 import logging
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -41,6 +42,7 @@ from shardfeed.schemas.sidecar import DatasetRef
 Batch = dict[str, np.ndarray]
 _ROW_GROUP_CACHE = 4  # decoded row groups kept for ds[i] and small reads
 SOURCE = "source"  # what Dataset.shard_source names the dataset itself
+CACHE = "cache"  # what Dataset.shard_source names a node cache's copy
 NO_LOCATIONS_ENV = "SHARDFEED_NO_LOCATIONS"  # "1": read every shard from the dataset itself
 #: what a tier copy that cannot be used raises while being opened or read
 _COPY_ERRORS = (OSError, ValueError, ShardfeedError, pa.ArrowException)
@@ -103,6 +105,20 @@ def tier_preference(locations: Locations) -> tuple[str, ...]:
     return tuple(
         sorted(tiers, key=lambda n: (tiers[n].scope != "node", -tiers[n].read_bandwidth, n))
     )
+
+
+class ShardCache(Protocol):
+    """A node-local cache of whole shard files that a :class:`Dataset` reads through
+    (``shardfeed.formats.node_cache.NodeCache``)."""
+
+    def fetch(self, source: Location, record: ShardRecord) -> Location | None:
+        """A local root holding a verified copy of ``record.path`` (copied from ``source`` if
+        need be), or None when the cache declines it (no room)."""
+        ...
+
+    def discard(self, record: ShardRecord) -> None:
+        """Drop the cached copy of ``record.path`` (it failed a check while being read)."""
+        ...
 
 
 class _ShardMissing(CorruptShardError):
@@ -173,9 +189,13 @@ class Dataset:
         self._files: dict[int, ShardFile] = {}
         self._handles: dict[int, Any] = {}
         self._served: dict[int, str] = {}  # shard -> tier its open file is on (SOURCE: the dataset)
+        self._served_location: dict[int, Location] = {}
         self._rejected: dict[int, set[str]] = {}  # shard -> tiers whose copy failed a check
         self._cache: OrderedDict[tuple[int, int, tuple[str, ...]], pa.Table] = OrderedDict()
         self._schema = self.features.arrow_schema()
+        self._lock = threading.RLock()  # loaders open shards from several threads
+        self._thread_files = threading.local()  # shard -> (shared file, this thread's file)
+        self._node_cache: ShardCache | None = None
 
     # -- size and lookup -------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -259,6 +279,55 @@ class Dataset:
         self._open(shard)
         return self._served[shard]
 
+    def local_extent(self, shard: int, group: int) -> tuple[str, int, int] | None:
+        """``(path, start, end)``: the local file and byte range row group ``group`` of ``shard``
+        is read from, or None when the shard is served from an object store."""
+        shard_file = self._open(shard)
+        location = self._served_location[shard]
+        if not location.is_local:
+            return None
+        start, end = shard_file.group_extent(group)
+        return location.path(self.shards[shard].path), start, end
+
+    def read_row_group(
+        self, shard: int, group: int, columns: Sequence[str] | None = None
+    ) -> pa.Table:
+        """Row group ``group`` of ``shard`` as an Arrow table (the unit loaders read). Safe to
+        call from several threads: each decodes local shards through its own open file."""
+        names = self._columns(columns)
+        shared = self._open(shard)
+        location = self._served_location.get(shard)
+        if location is None or not location.is_local:
+            with self._lock:  # one shared handle per remote shard: reads take turns
+                return self._read_groups(shard, [group], names)
+        files = self._thread_files.__dict__.setdefault("files", {})
+        mine = files.get(shard)
+        if mine is None or mine[0] is not shared:
+            mine = files[shard] = (
+                shared,
+                self._encoding.open(location.path(self.shards[shard].path)),
+            )
+        try:
+            return mine[1].read_row_groups([group], names)
+        except (OSError, ValueError, pa.ArrowException):
+            files.pop(shard, None)
+            with self._lock:  # the shared path rejects the copy and reads the next one
+                return self._read_groups(shard, [group], names)
+
+    def served_on_node(self, shard: int) -> bool:
+        """Whether ``shard`` is read from this node: a node tier's copy or the node cache."""
+        tier = self.shard_source(shard)
+        return tier == CACHE or (
+            self._tiers is not None
+            and tier in self._tiers.locations.tiers
+            and self._tiers.is_node(tier)
+        )
+
+    def attach_cache(self, cache: ShardCache | None) -> None:
+        """Read shards that no node tier holds through ``cache`` (a node-local copy), from
+        shards opened after this call on."""
+        self._node_cache = cache
+
     def iter_batches(
         self, batch_size: int, columns: Sequence[str] | None = None
     ) -> Iterator[Batch]:
@@ -314,38 +383,64 @@ class Dataset:
         try:
             return shard_file.read_row_groups(groups, names)
         except (OSError, ValueError, pa.ArrowException) as err:
-            if self._served[shard] == SOURCE:
+            served = self._served[shard]
+            if served == SOURCE:
                 raise CorruptShardError(
                     f"{self.shards[shard].path}: cannot read row groups {groups}: {err}"
                 ) from None
             problem = f"cannot read row groups {groups}: {err}"
-        # a tier copy that passed the open checks but fails a page checksum: drop it and read
-        # from the next copy (each retry rejects one tier; the dataset itself ends the chain)
-        self._reject(shard, self._served[shard], problem)
-        self._forget(shard)
+        # a copy that passed the open checks but fails a page checksum: drop it and read from
+        # the next copy (each retry rejects one tier or the cache; the dataset ends the chain)
+        if served == CACHE:
+            self._rejected.setdefault(shard, set()).add(CACHE)
+            log.warning("node cache copy of %s dropped: %s", self.shards[shard].path, problem)
+            self._forget(shard)
+            self._node_cache.discard(self.shards[shard])
+        else:
+            self._reject(shard, served, problem)
+            self._forget(shard)
         return self._read_groups(shard, groups, names)
 
     def _open(self, shard: int) -> ShardFile:
         """The shard's open file: from the first tier copy that passes the checks, else from the
-        dataset itself (whose errors are raised)."""
+        dataset itself (whose errors are raised). With a node cache attached, a shard no node
+        tier holds is read from the cache's copy of the first shared copy that passes."""
         found = self._files.get(shard)
         if found is not None:
             return found
-        if self._tiers is not None:
-            rejected = self._rejected.get(shard, set())
-            for tier in self._tiers.candidates(self.shards[shard].path):
-                root = None if tier in rejected else self._tiers.root(tier)
-                if root is None:
-                    continue
-                try:
-                    return self._open_at(shard, tier, root)
-                except _ShardMissing as err:
-                    if not self._tiers.is_node(tier):
+        with self._lock:
+            found = self._files.get(shard)
+            if found is not None:
+                return found
+            if self._tiers is not None:
+                rejected = self._rejected.get(shard, set())
+                for tier in self._tiers.candidates(self.shards[shard].path):
+                    root = None if tier in rejected else self._tiers.root(tier)
+                    if root is None:
+                        continue
+                    try:
+                        if self._tiers.is_node(tier):
+                            return self._open_at(shard, tier, root)
+                        return self._through_cache(shard, tier, root)
+                    except _ShardMissing as err:
+                        if not self._tiers.is_node(tier):
+                            self._reject(shard, tier, str(err))
+                        # else: this node holds no copy of the shard, the usual case
+                    except _COPY_ERRORS as err:
                         self._reject(shard, tier, str(err))
-                    # else: this node holds no copy of the shard, the usual case
-                except _COPY_ERRORS as err:
-                    self._reject(shard, tier, str(err))
-        return self._open_at(shard, SOURCE, self.location)
+            return self._through_cache(shard, SOURCE, self.location)
+
+    def _through_cache(self, shard: int, tier: str, root: Location) -> ShardFile:
+        """Open the shard from ``root``, or from the node cache's copy of it when a cache is
+        attached and takes it. A copy that fails its hash is the source's fault: it raises."""
+        if self._node_cache is not None and CACHE not in self._rejected.get(shard, ()):
+            record = self.shards[shard]
+            self._open_at(shard, tier, root)  # the source passes the cheap checks first
+            self._forget(shard)
+            cached = self._node_cache.fetch(root, record)
+            if cached is not None:
+                return self._open_at(shard, CACHE, cached)
+        return self._open_at(shard, tier, root)
 
     def _reject(self, shard: int, tier: str, problem: str) -> None:
         """Skip ``tier``'s copy of ``shard`` from now on, with a warning."""
@@ -386,6 +481,7 @@ class Dataset:
             self._handles[shard] = handle
         self._files[shard] = shard_file
         self._served[shard] = tier
+        self._served_location[shard] = location
         return shard_file
 
     def _checked(self, record: ShardRecord, source: Any) -> ShardFile:
@@ -412,6 +508,7 @@ class Dataset:
             handle.close()
         self._files.pop(shard, None)
         self._served.pop(shard, None)
+        self._served_location.pop(shard, None)
 
     def close(self) -> None:
         for handle in self._handles.values():
@@ -419,6 +516,7 @@ class Dataset:
         self._handles.clear()
         self._files.clear()
         self._served.clear()
+        self._served_location.clear()
         self._rejected.clear()
         self._cache.clear()
 

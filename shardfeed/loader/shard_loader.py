@@ -1,0 +1,429 @@
+"""``ShardLoader``: one loader worker's batches of an epoch, read ahead in background threads.
+
+The worker's rows come from the assignment (stored, given, or planned in memory the same way on
+every rank), cut into pieces inside one row group (``reads.py``). A producer thread decodes whole
+row groups in stream order and slices them into batches, ``prefetch`` batches ahead of the
+consumer; a pool of I/O threads pages the row groups of the batches after that into memory with
+large reads (``pagein.py``), so a cold disk is read at its sequential rate while the decoder
+works. Several datasets interleave by weight, one batch at a time (``mixture.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from shardfeed.assignment import Assignment
+from shardfeed.formats.node_cache import NodeCache
+from shardfeed.formats.reader import Dataset
+from shardfeed.loader.columns import Batch, to_batch
+from shardfeed.loader.mixture import interleave, normalize
+from shardfeed.loader.pagein import page_in
+from shardfeed.loader.pins import pinned_shards
+from shardfeed.loader.streams import Stream, as_world
+from shardfeed.planning.assign import World
+from shardfeed.schemas.units import parse_size
+
+log = logging.getLogger("shardfeed")
+
+STATE_FORMAT = "shardfeed.loader/1"
+DEFAULT_IO_THREADS = 4
+#: a decoded row group is kept when a piece this close ahead reads it again (at ~4 MiB per
+#: group, at most this many groups' worth of memory)
+_REUSE_WINDOW = 32
+_END = object()
+
+DatasetLike = Dataset | str | os.PathLike
+Sources = DatasetLike | Mapping[Any, float] | Sequence[tuple[DatasetLike, float]]
+
+
+class ShardLoader:
+    """Batches (dicts of numpy arrays) for ``worker`` of ``rank`` in ``epoch``.
+
+    ``dataset`` is one dataset (path, URI or :class:`Dataset`), or a mixture: a mapping of
+    datasets to weights, or ``(dataset, weight)`` pairs. ``world`` is the number of ranks
+    (single-GPU nodes) or a :class:`World`. ``assignment`` is a stored assignment's name or an
+    :class:`Assignment` (one dataset only); without it the plan is made in memory with the
+    ``pad`` policy, so every rank of an epoch gets the same number of whole batches.
+    ``cache_dir``/``cache_bytes`` cache shards read from shared storage on this node.
+    See docs/LOADER.md.
+    """
+
+    def __init__(
+        self,
+        dataset: Sources,
+        *,
+        rank: int,
+        world: World | int,
+        worker: int = 0,
+        num_workers: int = 1,
+        epoch: int = 0,
+        seed: int = 0,
+        batch_size: int,
+        columns: Sequence[str] | None = None,
+        assignment: Assignment | str | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_bytes: int | str | None = None,
+        prefetch: int = 4,
+        decode_images: bool = False,
+        io_threads: int = DEFAULT_IO_THREADS,
+    ) -> None:
+        sources, weights = _sources(dataset)
+        if assignment is not None and len(sources) > 1:
+            raise ValueError("assignment= applies to one dataset; a mixture plans each in memory")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if prefetch < 1 or io_threads < 1:
+            raise ValueError("prefetch and io_threads must be >= 1")
+        if (cache_dir is None) != (cache_bytes is None):
+            raise ValueError("cache_dir and cache_bytes go together")
+        self.world = as_world(world, num_workers)
+        self.rank, self.worker, self.seed, self.batch_size = rank, worker, seed, batch_size
+        self.prefetch, self.io_threads, self.decode_images = prefetch, io_threads, decode_images
+        self.weights = tuple(float(w) for w in normalize(weights))
+        self._assignment = assignment
+        self._datasets = [s if isinstance(s, Dataset) else _open(s) for s in sources]
+        self.columns = self._check_columns(columns)
+        self.caches: list[NodeCache] = []
+        if cache_dir is not None:
+            budget = parse_size(cache_bytes) if isinstance(cache_bytes, str) else int(cache_bytes)
+            node = rank // self.world.gpus_per_node
+            for ds in self._datasets:
+                cache = NodeCache(
+                    cache_dir, budget, ds.manifest.fingerprint, pinned_shards(ds, node, budget)
+                )
+                ds.attach_cache(cache)
+                self.caches.append(cache)
+        self._active: _Pipeline | None = None
+        self._metrics = _Metrics()
+        self.set_epoch(epoch)
+
+    # -- the epoch and its schedule ------------------------------------------------------------
+    def set_epoch(self, epoch: int) -> None:
+        """Plan ``epoch`` and start it from its first batch."""
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        self._stop()
+        self.epoch = epoch
+        self.streams = [
+            Stream.open(
+                ds,
+                self.world,
+                self.rank,
+                self.worker,
+                epoch,
+                seed=self.seed,
+                batch_size=self.batch_size,
+                assignment=self._assignment,
+            )
+            for ds in self._datasets
+        ]
+        if len(self.streams) == 1:
+            n = self.streams[0].plan.num_batches
+            self._schedule = np.zeros(n, dtype=np.int64), np.arange(n, dtype=np.int64)
+        else:
+            source = interleave(self.weights, [s.plan.num_batches for s in self.streams])
+            index = np.zeros(len(source), dtype=np.int64)
+            for i in range(len(self.streams)):
+                mine = source == i
+                index[mine] = np.arange(int(mine.sum()))
+            self._schedule = source, index
+        self.position = 0
+
+    def __len__(self) -> int:
+        """Batches in the epoch."""
+        return len(self._schedule[0])
+
+    @property
+    def samples_seen(self) -> int:
+        """Samples this worker delivered in the epoch so far (what elastic resume counts)."""
+        source, index = self._schedule
+        return sum(
+            self.streams[int(s)].plan.batch_rows(int(k))
+            for s, k in zip(source[: self.position], index[: self.position], strict=True)
+        )
+
+    # -- iteration -----------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[Batch]:
+        self._stop()
+        pipeline = _Pipeline(self, self.position)
+        self._active = pipeline
+        try:
+            while True:
+                began = time.perf_counter()
+                item = pipeline.out.get()
+                self._metrics.waited(time.perf_counter() - began)
+                if item is _END:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                batch, rows, payload = item
+                self.position += 1
+                self._metrics.delivered(rows, payload)
+                yield batch
+        finally:
+            pipeline.stop()
+            if self._active is pipeline:
+                self._active = None
+
+    # -- state ---------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Where the epoch stands: load it into a loader made with the same arguments to go on
+        with the next batch."""
+        return {
+            "format": STATE_FORMAT,
+            "epoch": self.epoch,
+            "batches": self.position,
+            "samples": self.samples_seen,
+            **self._identity(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from ``state`` (see :meth:`state_dict`); refuses another loader's state."""
+        if state.get("format") != STATE_FORMAT:
+            raise ValueError(f"not a shardfeed loader state (format {state.get('format')!r})")
+        mine = self._identity()
+        differ = [k for k in mine if state.get(k) != mine[k]]
+        if differ:
+            raise ValueError(
+                "this state belongs to a loader with other "
+                + ", ".join(f"{k} ({state.get(k)!r}, here {mine[k]!r})" for k in differ)
+                + "; for a different world, resume the assignment (shardfeed.assignment.resume)"
+            )
+        batches = state.get("batches")
+        self.set_epoch(int(state["epoch"]))
+        if not isinstance(batches, int) or not 0 <= batches <= len(self):
+            raise ValueError(f"state batches={batches!r} is outside 0..{len(self)}")
+        self.position = batches
+
+    def _identity(self) -> dict[str, Any]:
+        a = self._assignment
+        return {
+            "datasets": [ds.manifest.fingerprint for ds in self._datasets],
+            "weights": list(self.weights),
+            "rank": self.rank,
+            "world": [self.world.nodes, self.world.gpus_per_node, self.world.workers],
+            "worker": self.worker,
+            "seed": self.seed,
+            "batch_size": self.batch_size,
+            "assignment": a if isinstance(a, str) or a is None else a.name,
+            "columns": list(self.columns),
+        }
+
+    # -- metrics -------------------------------------------------------------------------------
+    def metrics(self) -> dict[str, float]:
+        """Throughput and starvation so far: ``samples_per_s``, ``bytes_per_s`` (payload),
+        ``wait_s`` (seconds the consumer waited for a batch: the GPU-starvation signal),
+        ``cache_hit_ratio`` (row groups read from this node: node tier or cache) and counts."""
+        m = self._metrics
+        elapsed = max(time.perf_counter() - m.started, 1e-9) if m.started else 0.0
+        reads = m.group_reads or 1
+        out = {
+            "batches": m.batches,
+            "samples": m.samples,
+            "bytes": m.bytes,
+            "seconds": round(elapsed, 6),
+            "samples_per_s": m.samples / elapsed if elapsed else 0.0,
+            "bytes_per_s": m.bytes / elapsed if elapsed else 0.0,
+            "wait_s": round(m.wait, 6),
+            "cache_hit_ratio": m.node_reads / reads if m.group_reads else 0.0,
+            "row_group_reads": m.group_reads,
+        }
+        if self.caches:
+            out["cache_bytes_copied"] = sum(c.counters.bytes_copied for c in self.caches)
+            out["cache_evictions"] = sum(c.counters.evicted for c in self.caches)
+        return out
+
+    # -- lifetime ------------------------------------------------------------------------------
+    def close(self) -> None:
+        self._stop()
+        for ds in self._datasets:
+            ds.close()
+
+    def __enter__(self) -> ShardLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _stop(self) -> None:
+        if self._active is not None:
+            self._active.stop()
+            self._active = None
+
+    def _check_columns(self, columns: Sequence[str] | None) -> tuple[str, ...]:
+        stored = [tuple(f.name for f in ds.features.stored) for ds in self._datasets]
+        if columns is None:
+            if len(set(stored)) > 1:
+                raise ValueError(
+                    "the mixture's datasets store different columns; pass columns= with ones "
+                    f"they all have: {sorted(set.intersection(*map(set, stored)))}"
+                )
+            return stored[0]
+        for ds, names in zip(self._datasets, stored, strict=True):
+            unknown = [c for c in columns if c not in names]
+            if unknown:
+                raise KeyError(f"{ds.location.display} does not store {unknown}; it has {names}")
+        return tuple(columns)
+
+
+class _Metrics:
+    def __init__(self) -> None:
+        self.started = 0.0
+        self.batches = self.samples = self.bytes = 0
+        self.wait = 0.0
+        self.group_reads = self.node_reads = 0
+        self._lock = threading.Lock()
+
+    def waited(self, seconds: float) -> None:
+        if not self.started:
+            self.started = time.perf_counter() - seconds
+        self.wait += seconds
+
+    def delivered(self, rows: int, payload: int) -> None:
+        self.batches += 1
+        self.samples += rows
+        self.bytes += payload
+
+    def read_group(self, on_node: bool) -> None:
+        with self._lock:
+            self.group_reads += 1
+            self.node_reads += on_node
+
+
+class _Pipeline:
+    """The producer thread and I/O pool behind one pass of iteration."""
+
+    def __init__(self, loader: ShardLoader, start: int) -> None:
+        self.loader = loader
+        self.out: queue.Queue = queue.Queue(maxsize=loader.prefetch)
+        self._stopped = threading.Event()
+        self._io = ThreadPoolExecutor(loader.io_threads, thread_name_prefix="shardfeed-io")
+        self._decode = (
+            ThreadPoolExecutor(max(2, os.cpu_count() or 2), thread_name_prefix="shardfeed-decode")
+            if loader.decode_images
+            else None
+        )
+        self._thread = threading.Thread(
+            target=self._run, args=(start,), name="shardfeed-loader", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        while True:  # unblock a producer waiting on a full queue
+            try:
+                self.out.get_nowait()
+            except queue.Empty:
+                break
+        self._thread.join()
+        self._io.shutdown(wait=True, cancel_futures=True)
+        if self._decode is not None:
+            self._decode.shutdown(wait=True, cancel_futures=True)
+
+    def _put(self, item: object) -> bool:
+        while not self._stopped.is_set():
+            try:
+                self.out.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self, start: int) -> None:
+        try:
+            self._produce(start)
+            self._put(_END)
+        except BaseException as err:  # handed to the consumer, raised in its thread
+            self._put(err)
+
+    def _produce(self, start: int) -> None:
+        loader = self.loader
+        source, index = loader._schedule
+        steps = len(source)
+        names = list(loader.columns)
+        next_use = [s.plan.next_use() for s in loader.streams]
+        reading: dict[tuple[int, int, int], Future] = {}
+        decoded: dict[tuple[int, int, int], pa.Table] = {}
+        ahead = start
+        for step in range(start, steps):
+            if self._stopped.is_set():
+                return
+            while ahead < min(steps, step + 1 + loader.prefetch):  # read the batches ahead
+                for key in self._groups(int(source[ahead]), int(index[ahead])):
+                    if key not in reading and key not in decoded:
+                        reading[key] = self._io.submit(self._read, key, names)
+                ahead += 1
+            s, k = int(source[step]), int(index[step])
+            stream = loader.streams[s]
+            plan = stream.plan
+            parts = []
+            for p in plan.batch(k):
+                key = (s, int(plan.shard[p]), int(plan.group[p]))
+                table = decoded.pop(key, None)
+                if table is None:
+                    waiting = reading.pop(key, None)
+                    table = waiting.result() if waiting else self._read(key, names)
+                if next_use[s][p] - p <= _REUSE_WINDOW:
+                    decoded[key] = table
+                piece = table.slice(int(plan.lo[p]), int(plan.hi[p] - plan.lo[p]))
+                parts.append(to_batch(piece, stream.dataset.features, names, decode=self._decode))
+            batch = parts[0] if len(parts) == 1 else _concat(parts)
+            if not self._put((batch, plan.batch_rows(k), plan.batch_payload(k))):
+                return
+
+    def _groups(self, source: int, k: int) -> list[tuple[int, int, int]]:
+        plan = self.loader.streams[source].plan
+        part = plan.batch(k)
+        pairs = zip(
+            plan.shard[part.start : part.stop], plan.group[part.start : part.stop], strict=False
+        )
+        return list(dict.fromkeys((source, int(s), int(g)) for s, g in pairs))
+
+    def _read(self, key: tuple[int, int, int], names: list[str]) -> pa.Table:
+        """Page a row group in with large reads, then decode it (in an I/O thread)."""
+        source, shard, group = key
+        dataset = self.loader.streams[source].dataset
+        try:
+            extent = dataset.local_extent(shard, group)
+            if extent is not None and not self._stopped.is_set():
+                page_in(*extent)
+        except Exception as err:  # a hint only: the decode below reports the problem properly
+            log.debug("page-in of shard %d group %d skipped: %s", shard, group, err)
+        table = dataset.read_row_group(shard, group, names)
+        self.loader._metrics.read_group(dataset.served_on_node(shard))
+        return table
+
+
+def _concat(parts: list[Batch]) -> Batch:
+    """One batch from per-piece batches (object arrays of views stay views)."""
+    return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+
+
+def _sources(dataset: Sources) -> tuple[list[DatasetLike], list[float]]:
+    if isinstance(dataset, Mapping):
+        items = list(dataset.items())
+    elif isinstance(dataset, (Dataset, str, os.PathLike)):
+        return [dataset], [1.0]
+    else:
+        items = [tuple(pair) for pair in dataset]
+        if any(len(pair) != 2 for pair in items):
+            raise ValueError("a mixture is a mapping or a sequence of (dataset, weight) pairs")
+    if not items:
+        raise ValueError("a mixture needs at least one dataset")
+    return [d for d, _ in items], [w for _, w in items]
+
+
+def _open(source: DatasetLike) -> Dataset:
+    from shardfeed.formats.reader import open_dataset
+
+    return open_dataset(source)

@@ -302,12 +302,10 @@ class Dataset:
                 return self._read_groups(shard, [group], names)
         files = self._thread_files.__dict__.setdefault("files", {})
         mine = files.get(shard)
-        if mine is None or mine[0] is not shared:
-            mine = files[shard] = (
-                shared,
-                self._encoding.open(location.path(self.shards[shard].path)),
-            )
         try:
+            if mine is None or mine[0] is not shared:
+                path = location.path(self.shards[shard].path)
+                mine = files[shard] = (shared, self._encoding.open(path))
             return mine[1].read_row_groups([group], names)
         except (OSError, ValueError, pa.ArrowException):
             files.pop(shard, None)
@@ -439,7 +437,10 @@ class Dataset:
             self._forget(shard)
             cached = self._node_cache.fetch(root, record)
             if cached is not None:
-                return self._open_at(shard, CACHE, cached)
+                try:
+                    return self._open_at(shard, CACHE, cached)
+                except _COPY_ERRORS as err:  # evicted or damaged since: read the source
+                    log.warning("node cache copy of %s not used: %s", record.path, err)
         return self._open_at(shard, tier, root)
 
     def _reject(self, shard: int, tier: str, problem: str) -> None:

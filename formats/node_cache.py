@@ -71,19 +71,20 @@ class NodeCache:
         os.makedirs(self.root, exist_ok=True)
 
     # -- the ShardCache protocol of formats.reader ---------------------------------------------
-    def fetch(self, source: Location, record: ShardRecord) -> Location | None:
-        """A local root holding a verified copy of ``record.path``, copying it in from
-        ``source`` if there is room (evicting LRU entries); None when it does not fit."""
+    def fetch(self, source: Location, record: ShardRecord) -> tuple[Location, bool] | None:
+        """A local root holding a verified copy of ``record.path`` and whether it was copied
+        in now, from ``source``, if there was room (evicting LRU entries); None when it does
+        not fit."""
         kind = PINNED if record.path in self.pinned else LRU
         base = self._base(kind)
         path = os.path.join(base, record.path)
         if self._present(path, record):
             self.counters.hits += 1
-            return locate(base)
+            return locate(base), False
         with self._locked():
             if self._present(path, record):  # another loader copied it while we waited
                 self.counters.hits += 1
-                return locate(base)
+                return locate(base), False
             for target in self._dataset_dirs():
                 remove_temporaries(Target(target))  # left by a loader killed mid-copy
             if not self._make_room(record.bytes, keep=path):
@@ -97,7 +98,7 @@ class NodeCache:
                 return None
         self.counters.misses += 1
         self.counters.bytes_copied += record.bytes
-        return locate(base)
+        return locate(base), True
 
     def discard(self, record: ShardRecord) -> None:
         with self._locked():

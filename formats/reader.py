@@ -111,9 +111,9 @@ class ShardCache(Protocol):
     """A node-local cache of whole shard files that a :class:`Dataset` reads through
     (``shardfeed.formats.node_cache.NodeCache``)."""
 
-    def fetch(self, source: Location, record: ShardRecord) -> Location | None:
-        """A local root holding a verified copy of ``record.path`` (copied from ``source`` if
-        need be), or None when the cache declines it (no room)."""
+    def fetch(self, source: Location, record: ShardRecord) -> tuple[Location, bool] | None:
+        """A local root holding a verified copy of ``record.path`` and whether it was copied in
+        just now (from ``source``), or None when the cache declines it (no room)."""
         ...
 
     def discard(self, record: ShardRecord) -> None:
@@ -196,6 +196,7 @@ class Dataset:
         self._lock = threading.RLock()  # loaders open shards from several threads
         self._thread_files = threading.local()  # shard -> (shared file, this thread's file)
         self._node_cache: ShardCache | None = None
+        self.copied_to_cache: set[int] = set()  # shards this object copied into the node cache
 
     # -- size and lookup -------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -313,7 +314,10 @@ class Dataset:
                 return self._read_groups(shard, [group], names)
 
     def served_on_node(self, shard: int) -> bool:
-        """Whether ``shard`` is read from this node: a node tier's copy or the node cache."""
+        """Whether ``shard`` was already on this node when opened: a node tier's copy, or a
+        node cache copy that this object did not have to copy in."""
+        if shard in self.copied_to_cache:
+            return False
         tier = self.shard_source(shard)
         return tier == CACHE or (
             self._tiers is not None
@@ -438,7 +442,10 @@ class Dataset:
             cached = self._node_cache.fetch(root, record)
             if cached is not None:
                 try:
-                    return self._open_at(shard, CACHE, cached)
+                    opened = self._open_at(shard, CACHE, cached[0])
+                    if cached[1]:
+                        self.copied_to_cache.add(shard)
+                    return opened
                 except _COPY_ERRORS as err:  # evicted or damaged since: read the source
                     log.warning("node cache copy of %s not used: %s", record.path, err)
         return self._open_at(shard, tier, root)

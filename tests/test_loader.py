@@ -176,10 +176,10 @@ def test_node_cache_evicts_least_recently_used_and_declines_what_cannot_fit(ds, 
     shards = reader.shards
     budget = shards[0].bytes + shards[1].bytes + shards[2].bytes // 2
     cache = NodeCache(tmp_path / "c", budget, reader.manifest.fingerprint, pinned=[shards[2].path])
-    assert cache.fetch(reader.location, shards[0]) is not None
-    assert cache.fetch(reader.location, shards[1]) is not None
-    assert cache.fetch(reader.location, shards[0]) is not None  # 0 is now newer than 1
-    assert cache.fetch(reader.location, shards[3]) is not None  # evicts 1, the LRU one
+    assert cache.fetch(reader.location, shards[0])[1]  # copied in
+    assert cache.fetch(reader.location, shards[1])[1]
+    assert not cache.fetch(reader.location, shards[0])[1]  # a hit: 0 is now newer than 1
+    assert cache.fetch(reader.location, shards[3])[1]  # evicts 1, the LRU one
     assert cache.entries("lru") == sorted([shards[0].path, shards[3].path])
     assert cache.usage() <= budget
     big = NodeCache(tmp_path / "d", shards[0].bytes - 1, reader.manifest.fingerprint)

@@ -234,3 +234,45 @@ def test_s3_cold_tier_serves_shards_missing_from_pfs(tmp_path, s3, caplog):
     pfs, cold = warnings_of(caplog)
     assert "'pfs'" in pfs and "'cold'" in cold
     assert f"s3://bucket/datasets/ds/{paths[-1]}" in cold and "missing" in cold
+
+
+def test_loader_reads_through_tiers_falls_back_and_caches_only_shared_copies(
+    staged, tmp_path, caplog
+):
+    from shardfeed.loader import ShardLoader
+
+    src, expected, paths = staged
+    node_copy = tmp_path / "nvme/ds" / paths[1]
+    node_copy.parent.mkdir(parents=True)
+    shutil.copyfile(src / paths[1], node_copy)
+    pfs_copy = tmp_path / "pfs/ds" / paths[-1]
+    data = bytearray(pfs_copy.read_bytes())
+    data[len(data) // 2] ^= 0x5A  # found only by a page checksum, in an I/O thread
+    pfs_copy.write_bytes(bytes(data))
+    before = {p: (tmp_path / "pfs/ds" / p).read_bytes() for p in paths}
+    cache = tmp_path / "cache"
+    with caplog.at_level(logging.WARNING, logger="shardfeed"):
+        loader = ShardLoader(
+            src, rank=0, world=1, batch_size=7, cache_dir=cache, cache_bytes=1 << 30
+        )
+        got = {}
+        for batch in loader:
+            for i, ident in enumerate(batch["id"].tolist()):
+                got[ident] = bytes(batch["blob"][i])
+        ds = loader.streams[0].dataset
+        assert ds.shard_source(1) == "nvme"  # node tier: read in place, not cached
+        assert {ds.shard_source(i) for i in range(len(paths)) if i != 1} == {"cache"}
+        on_node = len(ds.shards[1].row_groups)  # each read once here
+        ratio = loader.metrics()["cache_hit_ratio"]  # only the nvme shard was on the node
+        assert ratio == on_node / loader.metrics()["row_group_reads"]
+        again = ShardLoader(
+            src, rank=0, world=1, batch_size=7, cache_dir=cache, cache_bytes=1 << 30
+        )
+        assert len(list(again)) == len(loader)
+        assert again.metrics()["cache_hit_ratio"] == 1.0  # now every shard is
+    assert got == dict(zip(expected["id"].tolist(), expected["blob"], strict=True))
+    cached = sorted(str(p.relative_to(cache)).split("/", 2)[2] for p in cache.rglob("*.parquet"))
+    assert cached == sorted(p for i, p in enumerate(paths) if i != 1)
+    # the corrupt pfs copy failed its hash while being cached: the source's bytes were cached
+    assert any("'pfs'" in m and paths[-1] in m for m in warnings_of(caplog))
+    assert {p: (tmp_path / "pfs/ds" / p).read_bytes() for p in paths} == before

@@ -7,14 +7,26 @@ memory-maps faster) only has to implement :class:`ShardEncoding` and register in
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shardfeed.schemas.features import FeatureSpec
 
 ZSTD_LEVEL = 3
+
+
+@dataclass(frozen=True)
+class ShardContext:
+    """What a reader knows about a shard besides its bytes: its features, its manifest row
+    groups, and (record-framed encodings) each row's record offset from the sample index."""
+
+    spec: FeatureSpec | None  # None: only the framing is read (verify)
+    row_groups: tuple[int, ...]
+    offsets: np.ndarray | None = None
 
 
 class ShardFile(Protocol):
@@ -38,14 +50,17 @@ class ShardFile(Protocol):
 class ShardEncoding(Protocol):
     name: str
     extension: str
+    #: one record per row (TFRecord): ``write`` returns each row's offset, ``open`` needs them
+    framed: bool
 
     def write(
         self, sink: BinaryIO, schema: pa.Schema, groups: Iterable[pa.Table], spec: FeatureSpec
-    ) -> None:
-        """Write each table of ``groups`` as exactly one row group."""
+    ) -> np.ndarray | None:
+        """Write each table of ``groups`` as exactly one row group; a framed encoding returns
+        each row's record offset in the uncompressed stream."""
 
-    def open(self, source: BinaryIO | str) -> ShardFile:
-        """Open a local path or an open random-access file."""
+    def open(self, source: BinaryIO | str, context: ShardContext | None = None) -> ShardFile:
+        """Open a local path or an open random-access file (``context``: framed encodings)."""
 
 
 class _ParquetShardFile:
@@ -94,6 +109,7 @@ class ParquetEncoding:
 
     name = "parquet"
     extension = ".parquet"
+    framed = False
 
     def write(
         self, sink: BinaryIO, schema: pa.Schema, groups: Iterable[pa.Table], spec: FeatureSpec
@@ -116,7 +132,7 @@ class ParquetEncoding:
                 # one call per planned group; a row_group_size >= len keeps it one row group
                 writer.write_table(table, row_group_size=max(1, table.num_rows))
 
-    def open(self, source) -> ShardFile:
+    def open(self, source, context: ShardContext | None = None) -> ShardFile:
         return _ParquetShardFile(source)
 
     @staticmethod

@@ -113,10 +113,18 @@ class ShardOutcome:
     row_bytes: np.ndarray
     row_cost: np.ndarray
     files: list[FileRecord] = field(default_factory=list)
+    row_offsets: np.ndarray | None = None  # framed encodings: each row's record offset
 
     def __post_init__(self) -> None:
         self.row_bytes = np.asarray(self.row_bytes, dtype=np.int64).reshape(-1)
         self.row_cost = np.asarray(self.row_cost, dtype=np.int64).reshape(-1)
+        if self.row_offsets is not None:
+            self.row_offsets = np.asarray(self.row_offsets, dtype=np.int64).reshape(-1)
+            if len(self.row_offsets) != self.record.rows:
+                raise ShardfeedError(
+                    f"shard {self.number} ({self.record.path}): {len(self.row_offsets)} record "
+                    f"offsets for {self.record.rows} rows"
+                )
         total = int(self.row_bytes.sum())
         if len(self.row_bytes) != self.record.rows or total != self.record.payload_bytes:
             raise ShardfeedError(
@@ -152,6 +160,11 @@ class ShardOutcome:
                 for e in self.episodes
             ],
             "files": [f.to_json() for f in self.files],
+            **(
+                {"row_offsets": _encode_sizes(self.row_offsets)}
+                if self.row_offsets is not None
+                else {}
+            ),
         }
 
     @classmethod
@@ -187,6 +200,11 @@ class ShardOutcome:
                 FileRecord.from_json(f, f"shard[{number}].files[{i}]")
                 for i, f in enumerate(state.get("files", []))
             ],
+            row_offsets=(
+                _decode_sizes(state["row_offsets"], f"shard {number}", "row_offsets")
+                if "row_offsets" in state
+                else None
+            ),
         )
 
 
@@ -230,7 +248,7 @@ def build_shard(
                 "the 'index' column must run 0..N-1 in file order (LeRobot reads it that way); renumber it before writing"
             )
     row_bytes = table_row_bytes(table)
-    record = write_shard(
+    written = write_shard(
         root,
         data_path(number, template=options.data_template),
         table,
@@ -240,6 +258,7 @@ def build_shard(
         encoding=options.encoding,
         row_bytes=row_bytes,
     )
+    record = written.record
     columns = {f.name: _valid_values(table.column(f.name), f) for f in spec.stored if f.is_numeric}
     if episodic:
         # the shard's stats are its episodes' stats merged in order: every value is summarised once
@@ -258,7 +277,9 @@ def build_shard(
             episode.source_episode_index = int(source_id)
     record = dataclasses.replace(record, units=len(episodes) if episodic else record.rows)
     cost = row_cost(table, spec, resolve_cost_kind(spec, options.cost), row_bytes)
-    return ShardOutcome(number, record, stats, episodes, row_bytes, cost)
+    return ShardOutcome(
+        number, record, stats, episodes, row_bytes, cost, row_offsets=written.row_offsets
+    )
 
 
 def add_videos(
@@ -337,7 +358,15 @@ def publish(
         write_info(root, _info(spec, options, num_samples, len(episodes) if episodic else 0))
     )
     costs = [o.row_cost for o in outcomes]
-    files.append(write_sample_index(root, [o.row_bytes for o in outcomes], cost=costs))
+    offsets = None
+    if get_encoding(options.encoding).framed:
+        missing = [o.number for o in outcomes if o.row_offsets is None]
+        if missing:
+            raise ShardfeedError(f"{options.encoding} shards {missing[:5]} have no record offsets")
+        offsets = [o.row_offsets for o in outcomes]
+    files.append(
+        write_sample_index(root, [o.row_bytes for o in outcomes], cost=costs, offsets=offsets)
+    )
     files.extend(extra_files)
     files.extend(f for o in outcomes for f in o.files)
     files.sort(key=lambda r: r.path)

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from shardfeed.formats.columns import column_to_numpy
-from shardfeed.formats.encoding import ShardFile, get_encoding
+from shardfeed.formats.encoding import ShardContext, ShardFile, get_encoding
 from shardfeed.formats.errors import CorruptShardError, IncompleteDatasetError
 from shardfeed.formats.layout import INFO_PATH
 from shardfeed.formats.storage import Location, locate
@@ -197,6 +197,7 @@ class Dataset:
         self._thread_files = threading.local()  # shard -> (shared file, this thread's file)
         self._node_cache: ShardCache | None = None
         self.copied_to_cache: set[int] = set()  # shards this object copied into the node cache
+        self._record_offsets: np.ndarray | None = None  # framed encodings, read on first open
 
     # -- size and lookup -------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -306,7 +307,8 @@ class Dataset:
         try:
             if mine is None or mine[0] is not shared:
                 path = location.path(self.shards[shard].path)
-                mine = files[shard] = (shared, self._encoding.open(path))
+                opened = self._encoding.open(path, self._context(shard))
+                mine = files[shard] = (shared, opened)
             return mine[1].read_row_groups([group], names)
         except (OSError, ValueError, pa.ArrowException):
             files.pop(shard, None)
@@ -480,7 +482,7 @@ class Dataset:
         else:
             source = handle = location.open_input(record.path, field)
         try:
-            shard_file = self._checked(record, source)
+            shard_file = self._checked(shard, source)
         except BaseException:
             if handle is not None:
                 handle.close()
@@ -492,9 +494,10 @@ class Dataset:
         self._served_location[shard] = location
         return shard_file
 
-    def _checked(self, record: ShardRecord, source: Any) -> ShardFile:
+    def _checked(self, shard: int, source: Any) -> ShardFile:
+        record = self.shards[shard]
         try:
-            shard_file = self._encoding.open(source)
+            shard_file = self._encoding.open(source, self._context(shard))
         except (OSError, ValueError, pa.ArrowException) as err:
             raise CorruptShardError(f"{record.path}: unreadable shard footer: {err}") from None
         if (
@@ -509,6 +512,21 @@ class Dataset:
         if schema is not None and not schema.remove_metadata().equals(self._schema):
             raise CorruptShardError(f"{record.path}: schema does not match meta/info.json features")
         return shard_file
+
+    def _context(self, shard: int) -> ShardContext | None:
+        """What a framed encoding needs to open ``shard``: its rows' record offsets."""
+        if not self._encoding.framed:
+            return None
+        if self._record_offsets is None:
+            from shardfeed.formats.sample_index import read_record_offsets
+
+            self._record_offsets = read_record_offsets(self.location, self.manifest)
+        record = self.shards[shard]
+        return ShardContext(
+            self.features,
+            record.row_groups,
+            self._record_offsets[record.index_start : record.index_end],
+        )
 
     def _forget(self, shard: int) -> None:
         handle = self._handles.pop(shard, None)

@@ -5,7 +5,9 @@ Row ``i`` is the sample with global index ``i``. Column ``bytes`` is that row's 
 ranks on it without reading a payload. Column ``cost`` (datasets written since it existed) is the
 row's cost of the manifest's ``cost.kind`` (``formats/cost.py``): size-aware batching packs batches
 under a budget of it. The file is written at conversion, just before the manifest, which lists it
-in ``files``.
+in ``files``. Column ``record_offset`` (record-framed shards such as TFRecord only) is the byte
+offset of the sample's record within its shard's uncompressed stream: random access and
+reader-side splitting need no scan of the shard.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ __all__ = [
     "SampleIndexError",
     "SampleIndexMissingError",
     "prefix_bytes",
+    "read_record_offsets",
     "read_sample_bytes",
     "read_sample_cost",
     "write_sample_index",
@@ -39,6 +42,7 @@ __all__ = [
 
 COLUMN = "bytes"
 COST_COLUMN = "cost"
+OFFSET_COLUMN = "record_offset"
 ROW_GROUP_ROWS = 1 << 20  # rows per Parquet row group (4 MiB of uint32 before compression)
 _UINT32_LIMIT = 1 << 32
 
@@ -56,7 +60,10 @@ class SampleCostMissingError(SampleIndexMissingError):
 
 
 def write_sample_index(
-    root: str, row_bytes: Sequence[np.ndarray], cost: Sequence[np.ndarray] | None = None
+    root: str,
+    row_bytes: Sequence[np.ndarray],
+    cost: Sequence[np.ndarray] | None = None,
+    offsets: Sequence[np.ndarray] | None = None,
 ) -> FileRecord:
     """Write ``root/meta/shardfeed/samples.parquet`` from per-shard size arrays, in shard order,
     and, with ``cost``, per-shard cost arrays of the same lengths as a second column ``cost``.
@@ -69,9 +76,11 @@ def write_sample_index(
     columns = {COLUMN: _per_shard(row_bytes, "sample sizes")}
     if cost is not None:
         columns[COST_COLUMN] = _per_shard(cost, "sample costs")
-        lengths = [[len(a) for a in arrays] for arrays in columns.values()]
-        if lengths[0] != lengths[1]:
-            raise ValueError(f"per-shard lengths differ: sizes {lengths[0]}, costs {lengths[1]}")
+    if offsets is not None:
+        columns[OFFSET_COLUMN] = _per_shard(offsets, "record offsets")
+    lengths = {name: [len(a) for a in arrays] for name, arrays in columns.items()}
+    if any(v != lengths[COLUMN] for v in lengths.values()):
+        raise ValueError(f"per-shard lengths differ: {lengths}")
     dtypes = {name: _narrowest(arrays) for name, arrays in columns.items()}
     schema = pa.schema(
         [pa.field(n, pa.from_numpy_dtype(d), nullable=False) for n, d in dtypes.items()]
@@ -129,6 +138,18 @@ def read_sample_cost(
     return _read_column(location, manifest, COST_COLUMN)
 
 
+def read_record_offsets(
+    dataset: Dataset | Location | str | os.PathLike[str],
+    manifest: Manifest | None = None,
+    *,
+    filesystem: pafs.FileSystem | None = None,
+) -> np.ndarray:
+    """Every sample's record offset within its shard, in global index order (record-framed
+    encodings only; checks as :func:`read_sample_bytes`)."""
+    location, manifest = _manifest_of(dataset, manifest, filesystem)
+    return _read_column(location, manifest, OFFSET_COLUMN)
+
+
 def _read_column(location: Location, manifest: Manifest, column: str) -> np.ndarray:
     """One column of the index, after checking the file's record, size and sha256, the column's
     type and nulls, and its row count."""
@@ -148,10 +169,9 @@ def _read_column(location: Location, manifest: Manifest, column: str) -> np.ndar
         table = parquet.read(columns=[column]) if column in names else None
     except (OSError, ValueError, pa.ArrowException) as err:
         raise SampleIndexError(f"{where}: unreadable ({err})") from None
-    if table is None and column == COST_COLUMN:
-        raise SampleIndexError(
-            f"{where}: the manifest records a cost, but there is no column 'cost'"
-        )
+    if table is None and column in (COST_COLUMN, OFFSET_COLUMN):
+        why = "records a cost" if column == COST_COLUMN else f"has {manifest.encoding} shards"
+        raise SampleIndexError(f"{where}: the manifest {why}, but there is no column {column!r}")
     column_type = table.schema.field(column).type if table is not None else None
     if column_type not in (pa.uint32(), pa.uint64()) or table.column(column).null_count:
         raise SampleIndexError(

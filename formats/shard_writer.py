@@ -7,6 +7,7 @@ import itertools
 import os
 import queue
 import threading
+from dataclasses import dataclass
 from typing import BinaryIO
 
 import numpy as np
@@ -99,6 +100,14 @@ def row_group_cuts(
     return contiguous_cuts(sizes, num_parts_for(int(sizes.sum()), row_group_bytes))
 
 
+@dataclass(frozen=True)
+class WrittenShard:
+    """A written shard's manifest record and, for framed encodings, each row's record offset."""
+
+    record: ShardRecord
+    row_offsets: np.ndarray | None = None
+
+
 def write_shard(
     root: str,
     rel_path: str,
@@ -109,8 +118,8 @@ def write_shard(
     row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
     encoding: ShardEncoding | str = "parquet",
     row_bytes: np.ndarray | None = None,
-) -> ShardRecord:
-    """Write ``table`` (already in the spec's schema) to ``root/rel_path`` and return its record.
+) -> WrittenShard:
+    """Write ``table`` (already in the spec's schema) to ``root/rel_path``; returns its record.
 
     ``row_bytes``: the table's ``table_row_bytes``, when the caller needs them too and has computed
     them once (``build_shard`` keeps them for the sample index); computed here otherwise.
@@ -125,10 +134,10 @@ def write_shard(
     with atomic_open(os.path.join(root, rel_path)) as raw:
         sink = _HashingSink(raw)
         try:
-            codec.write(sink, table.schema, groups, spec)
+            offsets = codec.write(sink, table.schema, groups, spec)
         finally:
             sink.finish()
-    return ShardRecord(
+    record = ShardRecord(
         path=rel_path,
         bytes=sink.size,
         payload_bytes=int(sizes.sum()),
@@ -138,6 +147,7 @@ def write_shard(
         index_start=index_start,
         index_end=index_start + table.num_rows,
     )
+    return WrittenShard(record, None if offsets is None else np.asarray(offsets, dtype=np.int64))
 
 
 def _row_bytes(table: pa.Table, row_bytes: np.ndarray | None) -> np.ndarray:

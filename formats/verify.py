@@ -1,5 +1,6 @@
 """Verify a dataset against its manifest: every listed file's size and sha256, shard row counts,
-the sample index's row count, no unlisted files under ``data/`` or ``videos/``, and no temporary
+the sample index's row count, record framing and CRCs of record-framed shards (TFRecord) when
+hashing, no unlisted files under ``data/`` or ``videos/``, and no temporary
 leftovers anywhere."""
 
 from __future__ import annotations
@@ -9,19 +10,31 @@ import os
 import posixpath
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from shardfeed.formats.atomic import is_temp_name
-from shardfeed.formats.encoding import get_encoding
+from shardfeed.formats.encoding import ShardContext, get_encoding
 from shardfeed.formats.layout import LISTED_DIRS
 from shardfeed.formats.reader import load_manifest
+from shardfeed.formats.sample_index import SampleIndexError, read_record_offsets
 from shardfeed.formats.storage import Location, locate
-from shardfeed.schemas.errors import UnsafePathError
+from shardfeed.schemas.errors import ShardfeedError, UnsafePathError
 from shardfeed.schemas.manifest import MANIFEST_PATH, SAMPLE_INDEX_PATH, Manifest
 
-PROBLEM_KINDS = ("missing", "size", "hash", "rows", "extra", "unsafe", "unreadable")
+PROBLEM_KINDS = (
+    "missing",
+    "size",
+    "hash",
+    "rows",
+    "extra",
+    "unsafe",
+    "unreadable",
+    "framing",
+    "index",
+)
 _READ_CHUNK = 8 << 20
 
 
@@ -74,6 +87,7 @@ def verify_location(
 ) -> VerifyReport:
     report = VerifyReport()
     encoding = get_encoding(manifest.encoding)
+    offsets = _record_offsets(location, manifest, report) if encoding.framed else None
     for i, shard in enumerate(manifest.shards):
         ok = _check_file(
             location,
@@ -86,7 +100,13 @@ def verify_location(
         )
         report.shards_checked += 1
         if ok:
-            _check_rows(location, shard, encoding, report)
+            context = None
+            if encoding.framed:
+                if offsets is None:
+                    continue  # the sample index problem is reported once
+                rows = offsets[shard.index_start : shard.index_end]
+                context = ShardContext(None, shard.row_groups, rows)
+            _check_rows(location, shard, encoding, report, context, check_hashes)
         if progress is not None:
             progress(shard.bytes)
     for i, record in enumerate(manifest.files):
@@ -161,14 +181,36 @@ def _check_file(
     return True
 
 
-def _check_rows(location: Location, shard, encoding, report: VerifyReport) -> None:
+def _record_offsets(
+    location: Location, manifest: Manifest, report: VerifyReport
+) -> np.ndarray | None:
+    """Record offsets of a framed encoding's rows, or None with the problem reported."""
+    try:
+        return read_record_offsets(location, manifest)
+    except SampleIndexError as err:
+        report.problems.append(Problem(SAMPLE_INDEX_PATH, "index", str(err)))
+        return None
+
+
+def _check_rows(
+    location: Location,
+    shard,
+    encoding,
+    report: VerifyReport,
+    context: ShardContext | None = None,
+    check_framing: bool = False,
+) -> None:
     try:
         source = location.path(shard.path) if location.is_local else location.open_input(shard.path)
-        opened = encoding.open(source)
+        opened = encoding.open(source, context)
         rows, groups = opened.num_rows, tuple(opened.row_group_rows)
-    except (OSError, ValueError, pa.ArrowException) as err:
+        # record-framed shards: every record's CRCs, and offsets equal to the sample index's
+        framing = opened.check_framing() if check_framing and encoding.framed else []
+    except (OSError, ValueError, pa.ArrowException, ShardfeedError) as err:
         report.problems.append(Problem(shard.path, "unreadable", str(err)))
         return
+    for problem in framing:
+        report.problems.append(Problem(shard.path, "framing", problem))
     if rows != shard.rows or groups != shard.row_groups:
         report.problems.append(
             Problem(

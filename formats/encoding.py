@@ -173,12 +173,18 @@ def _leaf_paths(schema: pa.Schema) -> list[str]:
 
 
 ENCODINGS: dict[str, ShardEncoding] = {"parquet": ParquetEncoding()}
+#: encodings built on first use: name -> compression of the TFRecord encoding
+_TFRECORD = {"tfrecord": None, "tfrecord-gzip": "gzip"}
 
 
 def get_encoding(name: str) -> ShardEncoding:
+    if name in _TFRECORD and name not in ENCODINGS:
+        from shardfeed.formats.tfrecord_shards import TFRecordEncoding
+
+        ENCODINGS[name] = TFRecordEncoding(_TFRECORD[name])
     try:
         return ENCODINGS[name]
     except KeyError:
         raise ValueError(
-            f"unknown shard encoding {name!r}; expected one of {sorted(ENCODINGS)}"
+            f"unknown shard encoding {name!r}; expected one of {sorted([*ENCODINGS, *_TFRECORD])}"
         ) from None

@@ -60,7 +60,7 @@ def file_matches(target: Target, rel: str, size: int, sha256: str) -> bool:
         if info.type != pafs.FileType.File or info.size != size:
             return False
         digest = hashlib.sha256()
-        with target.filesystem.open_input_stream(path) as stream:
+        with target.filesystem.open_input_stream(path, compression=None) as stream:
             while chunk := stream.read(CHUNK):
                 digest.update(chunk)
         return digest.hexdigest() == sha256

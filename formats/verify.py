@@ -165,7 +165,7 @@ def _check_file(
         return False
     if check_hashes:
         digest = hashlib.sha256()
-        with location.filesystem.open_input_stream(path) as stream:
+        with location.filesystem.open_input_stream(path, compression=None) as stream:
             while chunk := stream.read(_READ_CHUNK):
                 digest.update(chunk)
         report.bytes_hashed += size

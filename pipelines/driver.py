@@ -63,6 +63,7 @@ class ConvertConfig:
     kind: str | None = None
     target_shard_bytes: int = 100 * 10**6
     row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES
+    encoding: str = "parquet"  # shard encoding: parquet (LeRobot v3.0), tfrecord[-gzip]
     shuffle_seed: int | None = 0  # None keeps the source order (--no-shuffle)
     validate: str = "full"
     image_format: str = "keep"
@@ -99,6 +100,7 @@ class ConvertConfig:
             "from": kind,
             "target_shard_size": self.target_shard_bytes,
             "row_group_size": self.row_group_bytes,
+            **({"encoding": self.encoding} if self.encoding != "parquet" else {}),
             "shuffle_seed": self.shuffle_seed,
             **self.image_policy().content_options(),
             **self.source_options,
@@ -160,6 +162,7 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
         robot_type=meta.robot_type,
         target_shard_bytes=config.target_shard_bytes,
         row_group_bytes=config.row_group_bytes,
+        encoding=config.encoding,
         source=os.path.basename(os.path.abspath(config.src).rstrip("/")),
         content_options=config.content_options(kind),
         cost=config.cost,

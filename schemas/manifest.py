@@ -30,7 +30,7 @@ FORMAT_VERSION = "1.0"
 FORMAT_MAJOR = 1
 MANIFEST_PATH = "meta/shardfeed/manifest.json"
 SAMPLE_INDEX_PATH = "meta/shardfeed/samples.parquet"
-ENCODINGS = ("parquet",)
+ENCODINGS = ("parquet", "tfrecord", "tfrecord-gzip")
 #: what a sample's cost (``samples.parquet`` column ``cost``) counts, for size-aware batching
 COST_KINDS = ("tokens", "pixels", "frames", "bytes")
 

@@ -38,6 +38,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="payload bytes per shard, e.g. 100MB or 64MiB (default 100MB)",
     )
     parser.add_argument(
+        "--format",
+        dest="shard_format",
+        choices=["lerobot-v3", "tfrecord"],
+        default="lerobot-v3",
+        help="shard format: LeRobot v3.0 Parquet (default) or TFRecord of tf.train.Example "
+        "(docs/FORMAT.md §16)",
+    )
+    parser.add_argument(
+        "--tfrecord-compression",
+        choices=["none", "gzip"],
+        default="none",
+        help="with --format tfrecord: compress each shard as one gzip member (default none)",
+    )
+    parser.add_argument(
         "--row-group-size",
         default="4MiB",
         type=parse_size,
@@ -157,12 +171,15 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         source_options["drop_videos"] = True
     if args.text_field != "text":
         source_options["text_field"] = args.text_field
+    if args.shard_format != "tfrecord" and args.tfrecord_compression != "none":
+        return fail("--tfrecord-compression needs --format tfrecord")
     config = ConvertConfig(
         src=args.src,
         dst=args.dst,
         kind=args.kind,
         target_shard_bytes=args.target_shard_size,
         row_group_bytes=args.row_group_size,
+        encoding=shard_encoding(args.shard_format, args.tfrecord_compression),
         shuffle_seed=None if args.no_shuffle else args.shuffle_seed,
         validate=args.validate,
         image_format=args.image_format,
@@ -196,3 +213,10 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         for note in s["notes"]:
             print(f"  note      {note}")
     return EXIT_OK if summary.published else EXIT_FAILED
+
+
+def shard_encoding(shard_format: str, compression: str) -> str:
+    """The manifest's encoding name for ``--format`` and ``--tfrecord-compression``."""
+    if shard_format == "tfrecord":
+        return "tfrecord-gzip" if compression == "gzip" else "tfrecord"
+    return "parquet"

@@ -143,5 +143,8 @@ def column_to_numpy(column: pa.ChunkedArray | pa.Array, feature: Feature) -> np.
         )
         return flat.reshape((n, *feature.shape))
     if feature.dtype == "image":
-        column = column.field("bytes")
+        out = column.field("bytes").to_numpy(zero_copy_only=False)
+        if column.null_count:  # a null image is a null struct, whatever its child slot holds
+            out[~np.asarray(column.is_valid())] = None
+        return out
     return column.to_numpy(zero_copy_only=False)

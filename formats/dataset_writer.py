@@ -147,6 +147,7 @@ def write_dataset(
     content_options: Mapping[str, Any] | None = None,
     rejects: Rejects | None = None,
     cost: str = "auto",
+    encoding: str = "parquet",
     overwrite: bool = False,
 ) -> Manifest:
     """Write ``data`` (rows in final order) as a complete dataset with size-balanced shards.
@@ -154,6 +155,7 @@ def write_dataset(
     ``target_shard_size`` and ``row_group_size`` are payload bytes (ints or strings like ``'100MB'``).
     ``cost`` is what each sample's cost in ``samples.parquet`` counts: ``auto`` (from the feature
     types), ``tokens``, ``pixels``, ``frames`` or ``bytes`` (see ``formats/cost.py``).
+    ``encoding``: ``parquet`` (LeRobot v3.0) or ``tfrecord``/``tfrecord-gzip`` (FORMAT.md §16).
     The data is held in memory; the Beam pipeline is the tool for corpora that are not.
     """
     target = parse_size(target_shard_size)
@@ -172,6 +174,7 @@ def write_dataset(
             **(content_options or {}),
         },
         cost=cost,
+        encoding=encoding,
         overwrite=overwrite,
     )
     table = (

@@ -242,7 +242,11 @@ def _row_values(table: pa.Table, features: list[Feature]) -> list[list]:
         if feature.is_numeric:
             out.append(_numeric_rows(column, feature))
         else:  # one bytes_list value per row
-            out.append([None if v is None else [v] for v in column.to_pylist()])
+            values = column.to_pylist()
+            if feature.dtype == "image" and table.column(feature.name).null_count:
+                valid = np.asarray(table.column(feature.name).combine_chunks().is_valid())
+                values = [v if ok else None for v, ok in zip(values, valid, strict=True)]
+            out.append([None if v is None else [v] for v in values])
     return out
 
 

@@ -60,6 +60,8 @@ def to_batch(
         if feature.dtype == "image":
             chunk = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
             views = binary_views(chunk.field("bytes"))
+            if chunk.null_count:  # a null image: its struct is null, whatever its child holds
+                views[~np.asarray(chunk.is_valid())] = None
             out[name] = views if decode is None else decode_images(views, feature, decode)
         elif pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
             out[name] = binary_views(column)

@@ -49,11 +49,15 @@ ruff format --check .
 echo "test.sh: pytest ${PYTEST_ARGS[*]:-}"
 python -m pytest ${PYTEST_ARGS[@]+"${PYTEST_ARGS[@]}"}
 
-# After the main suite passes: the real lerobot library loads our output (its own venv, with torch).
-# SHARDFEED_SKIP_INTEROP=1 skips it for quick local runs; CI always runs it.
+# After the main suite passes: the real lerobot library loads our output and the PyTorch adapter
+# splits epochs across DataLoader workers (their own venv, with torch); then the tf.data adapter
+# (its own venv: TensorFlow 2.16 needs numpy < 2). SHARDFEED_SKIP_INTEROP=1 skips both for quick
+# local runs; CI always runs them.
 if [[ "${SHARDFEED_SKIP_INTEROP:-}" == "1" ]]; then
-    echo "test.sh: SHARDFEED_SKIP_INTEROP=1: skipping scripts/test_lerobot_interop.sh"
+    echo "test.sh: SHARDFEED_SKIP_INTEROP=1: skipping scripts/test_lerobot_interop.sh and scripts/test_tf_interop.sh"
 else
-    echo "test.sh: lerobot interop (scripts/test_lerobot_interop.sh)"
+    echo "test.sh: lerobot and torch interop (scripts/test_lerobot_interop.sh)"
     bash scripts/test_lerobot_interop.sh
+    echo "test.sh: tf.data interop (scripts/test_tf_interop.sh)"
+    bash scripts/test_tf_interop.sh
 fi

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Interop test: the real `lerobot` library loads what `shardfeed convert` writes.
+# Interop tests with torch: the real `lerobot` library loads what `shardfeed convert` writes, and
+# the PyTorch adapter (shardfeed/torch.py) splits an epoch across DataLoader workers and ranks.
 #
 #   bash scripts/test_lerobot_interop.sh [pytest args...]
 #
-# Runs tests/interop/lerobot_load.py in its own virtual environment, .venv-lerobot (git-ignored; set
-# LEROBOT_VENV to use another), so torch stays out of .venv. scripts/test.sh calls this after the
-# main suite passes (SHARDFEED_SKIP_INTEROP=1 skips it there). Sets SHARDFEED_CORPORA to
-# ../shared/corpora when that folder exists and the variable is not already set.
+# Runs tests/interop/lerobot_load.py and tests/interop/torch_adapter.py in their own virtual
+# environment, .venv-lerobot (git-ignored; set LEROBOT_VENV to use another), so torch stays out of
+# .venv. scripts/test.sh calls this after the main suite passes (SHARDFEED_SKIP_INTEROP=1 skips it
+# there). Sets SHARDFEED_CORPORA to ../shared/corpora when that folder exists and the variable is
+# not already set.
 #
 # What gets installed, and why:
 #   - torch==2.13.0, named in the same pip command as everything else: pip then takes the CPU wheel
@@ -64,6 +66,7 @@ trap 'rm -rf "$HF_TMP"' EXIT
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
 export HF_HOME="$HF_TMP" HF_LEROBOT_HOME="$HF_TMP/lerobot"
 
-echo "test_lerobot_interop: pytest tests/interop/lerobot_load.py $*"
+echo "test_lerobot_interop: pytest tests/interop/lerobot_load.py tests/interop/torch_adapter.py $*"
 # --confcutdir keeps tests/conftest.py (the main suite's fixtures) out of this venv
-"$VENV/bin/python" -m pytest tests/interop/lerobot_load.py --confcutdir=tests/interop "$@"
+"$VENV/bin/python" -m pytest tests/interop/lerobot_load.py tests/interop/torch_adapter.py \
+    --confcutdir=tests/interop "$@"

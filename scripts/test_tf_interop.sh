@@ -32,6 +32,7 @@ fi
 # TensorFlow's C++ start-up chatter (oneDNN notes, CPU feature hints) off; errors still show.
 export TF_CPP_MIN_LOG_LEVEL=2
 
-echo "test_tf_interop: pytest tests/interop/tf_adapter.py $*"
+echo "test_tf_interop: pytest tests/interop/tf_adapter.py tests/interop/tfrecord_read.py $*"
 # --confcutdir keeps tests/conftest.py (the main suite's fixtures) out of this venv
-"$VENV/bin/python" -m pytest tests/interop/tf_adapter.py --confcutdir=tests/interop "$@"
+"$VENV/bin/python" -m pytest tests/interop/tf_adapter.py tests/interop/tfrecord_read.py \
+    --confcutdir=tests/interop "$@"

@@ -34,6 +34,12 @@ This route holds only when (else the column, or every column, goes the other way
   tfio aborts the process on a null in a primitive or string column, and silently shifts the
   values of a struct child (an image) with nulls.
 
+``"tfrecord"``: a dataset converted with ``--format tfrecord`` (FORMAT.md §16) whose shards are
+local files is read by TensorFlow itself: ``tf.data.TFRecordDataset`` per span (GZIP for
+``.tfrecord.gz``), ``.skip(row_start).take(rows)``, batched, then ``tf.io.parse_example`` with
+:func:`parse_spec` and a cast back to each feature's dtype and shape. Every column goes this way.
+A null string or image becomes ``b""``; a null number fails the parse.
+
 ``"generator"``: ``tf.data.Dataset.from_generator`` over a ``ShardLoader`` (same arguments,
 these columns only). It takes everything else:
 
@@ -76,10 +82,12 @@ from shardfeed.loader.streams import Stream, as_world
 from shardfeed.planning.assign import World
 from shardfeed.schemas.features import Feature
 
-__all__ = ["GENERATOR", "PARQUET", "column_routes", "tf_dataset"]
+__all__ = ["GENERATOR", "PARQUET", "TFRECORD", "column_routes", "parse_spec", "tf_dataset"]
 
 PARQUET = "parquet"
+TFRECORD = "tfrecord"
 GENERATOR = "generator"
+_TFRECORD_ENCODINGS = {"tfrecord": "", "tfrecord-gzip": "GZIP"}  # -> compression_type
 
 #: feature dtype -> the dtype tfio 0.37.1 reads it as (Parquet's physical type)
 _TFIO_DTYPES: dict[str, tf.DType] = {
@@ -133,6 +141,9 @@ def tf_dataset(
     keep = spans.end > spans.start
     read = sorted(set(spans.shard[keep].tolist()))
     routes = column_routes(ds, names, shards=read)
+    if all(routes[n] == TFRECORD for n in names):
+        paths = [_local_path(ds, s) for s in spans.shard[keep].tolist()]
+        return _tfrecord_batches(ds, names, paths, spans.start[keep], spans.rows[keep], batch_size)
     direct = [n for n in names if routes[n] == PARQUET]
     loaded = [n for n in names if routes[n] == GENERATOR]
     parts = []
@@ -171,6 +182,9 @@ def column_routes(
     names = _names(ds, columns)
     shards = range(len(ds.shards)) if shards is None else shards
     stored = ds.features.stored
+    if ds.manifest.encoding in _TFRECORD_ENCODINGS:
+        local = all(_local_path(ds, s) is not None for s in shards if ds.shards[s].rows)
+        return dict.fromkeys(names, TFRECORD if local else GENERATOR)
     blocked = ds.manifest.encoding != "parquet" or any(f.dtype == "float16" for f in stored)
     paths = [] if blocked else [_local_path(ds, s) for s in shards if ds.shards[s].rows]
     if blocked or any(p is None for p in paths):
@@ -183,6 +197,71 @@ def column_routes(
         else GENERATOR
         for n in names
     }
+
+
+# -- the tfrecord route ------------------------------------------------------------------------
+
+
+def parse_spec(
+    dataset: Dataset | str | os.PathLike[str], columns: Sequence[str] | None = None
+) -> dict[str, tf.io.FixedLenFeature]:
+    """``tf.io.parse_example`` specs for a TFRecord dataset's features (FORMAT.md §16): numbers
+    as flat ``[prod(shape)]`` float32 or int64 lists, strings and images as one ``tf.string``
+    (``b""`` when null)."""
+    ds = dataset if isinstance(dataset, Dataset) else open_dataset(dataset)
+    out = {}
+    for name in _names(ds, columns):
+        f = ds.features[name]
+        if f.is_numeric:
+            kind = tf.float32 if f.dtype.startswith("float") else tf.int64
+            out[name] = tf.io.FixedLenFeature([f.num_elements], kind)
+        else:
+            out[name] = tf.io.FixedLenFeature([], tf.string, default_value=b"")
+    return out
+
+
+def _tfrecord_batches(
+    ds: Dataset,
+    names: list[str],
+    paths: list[str],
+    starts: np.ndarray,
+    rows: np.ndarray,
+    batch_size: int,
+) -> tf.data.Dataset:
+    features = [ds.features[n] for n in names]
+    spec = parse_spec(ds, names)
+    compression = _TFRECORD_ENCODINGS[ds.manifest.encoding]
+
+    def span(path: tf.Tensor, start: tf.Tensor, count: tf.Tensor) -> tf.data.Dataset:
+        records = tf.data.TFRecordDataset(path, compression_type=compression)
+        return records.skip(start).take(count)
+
+    def convert(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
+        parsed = tf.io.parse_example(serialized, spec)
+        return {f.name: _from_example(parsed[f.name], f) for f in features}
+
+    spans = tf.data.Dataset.from_tensor_slices(
+        (
+            tf.constant(paths, tf.string),
+            tf.constant(starts, tf.int64),
+            tf.constant(rows, tf.int64),
+        )
+    )
+    return spans.flat_map(span).batch(batch_size).map(convert)
+
+
+def _from_example(values: tf.Tensor, feature: Feature) -> tf.Tensor:
+    """A parsed Example column back in the feature's dtype and ``(N, *shape)`` (or ``(N,)``)."""
+    if not feature.is_numeric:
+        return values
+    shape = (-1,) if feature.is_scalar else (-1, *feature.shape)
+    values = tf.reshape(values, shape)
+    target = tf.as_dtype(feature.dtype)
+    if feature.dtype == "uint64":
+        return tf.bitcast(values, target)  # stored as its int64 bit pattern
+    if feature.dtype == "bool":
+        return tf.not_equal(values, 0)
+    return tf.cast(values, target) if values.dtype != target else values
 
 
 # -- the parquet route -------------------------------------------------------------------------

@@ -92,6 +92,8 @@ class ShardLoader:
         self.weights = tuple(float(w) for w in normalize(weights))
         self._assignment = assignment
         self._datasets = [s if isinstance(s, Dataset) else _open(s) for s in sources]
+        # close only what this loader opened: a Dataset passed in stays the caller's
+        self._owned = [not isinstance(s, Dataset) for s in sources]
         self.columns = self._check_columns(columns)
         self.caches: list[NodeCache] = []
         if cache_dir is not None:
@@ -246,8 +248,9 @@ class ShardLoader:
     # -- lifetime ------------------------------------------------------------------------------
     def close(self) -> None:
         self._stop()
-        for ds in self._datasets:
-            ds.close()
+        for ds, owned in zip(self._datasets, self._owned, strict=True):
+            if owned:
+                ds.close()
 
     def __enter__(self) -> ShardLoader:
         return self
@@ -309,7 +312,7 @@ class _Pipeline:
         self._stopped = threading.Event()
         self._io = ThreadPoolExecutor(loader.io_threads, thread_name_prefix="shardfeed-io")
         self._decode = (
-            ThreadPoolExecutor(max(2, os.cpu_count() or 2), thread_name_prefix="shardfeed-decode")
+            ThreadPoolExecutor(min(4, os.cpu_count() or 2), thread_name_prefix="shardfeed-decode")
             if loader.decode_images
             else None
         )

@@ -99,7 +99,9 @@ def verify_location(
             check_hashes,
         )
         report.shards_checked += 1
-        if ok:
+        # a framed shard that fails its hash is still scanned: its CRCs say which record broke
+        hash_only = not ok and report.problems[-1].kind == "hash" and encoding.framed
+        if ok or hash_only:
             context = None
             if encoding.framed:
                 if offsets is None:

@@ -18,9 +18,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-# google-crc32c becomes a core dependency with this codec; until pyproject lists it, skip, not fail
-pytest.importorskip("google_crc32c")
-
 from shardfeed.formats import tfrecord
 from shardfeed.formats.tf_example import (
     ExampleDecodeError,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import importlib
 import os
 from typing import Any
@@ -14,10 +15,15 @@ READERS: dict[str, tuple[str, str]] = {
     "lerobot": ("shardfeed.formats.sources.lerobot", "LeRobotSource"),
     "imagefolder": ("shardfeed.formats.sources.imagefolder", "ImageFolderSource"),
     "jsonl": ("shardfeed.formats.sources.jsonl", "JsonlSource"),
+    "parquet": ("shardfeed.formats.sources.parquet_table", "ParquetSource"),
+    "webdataset": ("shardfeed.formats.sources.webdataset", "WebDatasetSource"),
+    "tfrecord": ("shardfeed.formats.sources.tfrecord_source", "TFRecordSource"),
 }
-PLANNED = ("webdataset", "parquet", "tfrecord")
+PLANNED: tuple[str, ...] = ()
 _JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
 _IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
+_PARQUET_SUFFIX = ".parquet"
+_TAR_SUFFIXES = (".tar", ".tgz", ".tar.gz")  # WebDataset shards
 
 __all__ = [
     "READERS",
@@ -42,8 +48,15 @@ def reader_class(kind: str) -> type:
 
 
 def detect_kind(src: str) -> str:
-    """LeRobot by meta/info.json codebase_version; JSONL by suffix; an image folder by class dirs of images."""
+    """LeRobot by meta/info.json codebase_version; JSONL and Parquet (a file, a glob, or a directory
+    that is not a LeRobot dataset) by suffix; an image folder by class dirs of images."""
     if not os.path.exists(src):
+        if glob.has_magic(src) and src.endswith(_PARQUET_SUFFIX):  # e.g. data/*.parquet
+            return "parquet"
+        from shardfeed.formats.sources.webdataset import is_shard_pattern
+
+        if is_shard_pattern(src):  # e.g. shards/train-{000000..000099}.tar
+            return "webdataset"
         raise ShardfeedError(f"{src}: no such file or directory")
     from shardfeed.formats.sources.lerobot import lerobot_codebase_version
 
@@ -52,6 +65,12 @@ def detect_kind(src: str) -> str:
     if os.path.isfile(src):
         if src.endswith(_JSONL_SUFFIXES):
             return "jsonl"
+        if src.endswith(_PARQUET_SUFFIX):
+            return "parquet"
+        if src.lower().endswith(_TAR_SUFFIXES):
+            return "webdataset"
+        if "tfrecord" in os.path.basename(src).lower():
+            return "tfrecord"
         raise ShardfeedError(f"{src}: cannot tell the source kind from the file name; pass --from")
     names = []
     for dirpath, _dirs, files in os.walk(src):
@@ -60,12 +79,18 @@ def detect_kind(src: str) -> str:
             break
     if any(n.endswith(_JSONL_SUFFIXES) for n in names):
         return "jsonl"
+    if any(n.endswith(_PARQUET_SUFFIX) for n in names):  # LeRobot datasets were recognised above
+        return "parquet"
+    if any(n.lower().endswith(_TAR_SUFFIXES) for n in names):
+        return "webdataset"
+    if any("tfrecord" in os.path.basename(n).lower() for n in names):
+        return "tfrecord"
     if any(
         n.lower().endswith(_IMAGE_SUFFIXES) and os.sep in os.path.relpath(n, src) for n in names
     ):
         return "imagefolder"
     raise ShardfeedError(
-        f"{src}: found no LeRobot meta/info.json, *.jsonl[.gz|.zst] or class/*.jpg|png|webp; pass --from"
+        f"{src}: found no LeRobot meta/info.json, *.jsonl[.gz|.zst], *.parquet, *.tar, *tfrecord* or class/*.jpg|png|webp; pass --from"
     )
 
 

@@ -1,0 +1,382 @@
+"""TFRecord files of ``tf.train.Example`` (TFX ExampleGen, TFDS outputs) as a source, without
+TensorFlow: our own framing reader (``formats/tfrecord.py``) and Example decoder.
+
+One unit per record. ``root`` is a file or a directory: every file below it whose name holds
+``tfrecord`` (``*.tfrecord``, ``*.tfrecords``, ``data_tfrecord-00000-of-00012.gz``), sorted; GZIP
+is sniffed per file.
+
+**Schema.** ``infer`` is a cheap first pass over **all** records of a file: per feature, the
+count of each Example kind, of empty values, of value-list lengths, and for bytes whether every
+value is UTF-8 text or an image. ``merge_inferred`` sums files, so a feature present in one record
+of one file is still typed (the real Chicago taxi corpus has such a feature). A feature's kind is
+its most common kind (ties: int64, float, bytes); its type then follows:
+
+| kind | lengths seen | feature |
+|---|---|---|
+| ``int64`` / ``float`` | always 1 | ``int64`` / ``float32`` scalar |
+| ``int64`` / ``float`` | always ``n > 1`` | ``[n]`` tensor |
+| ``int64`` / ``float`` | varying | string of canonical JSON (``"encoding": "json"``) |
+| ``bytes`` | always 1, every value an image | ``image`` |
+| ``bytes`` | always 1, every value UTF-8 | ``string`` |
+| ``bytes`` | always 1, otherwise | string of base64 (``"encoding": "base64"``) |
+| ``bytes`` | varying | string of canonical JSON (a list of text) |
+
+A record missing a feature, or holding an empty list, gets null. **Rejects**: a bad data CRC
+(``tfrecord_data_crc``, reading goes on), a bad length CRC or a truncated file (the rest of that
+file is unreadable: one reject), a record that is not an Example (``example_invalid``), and a
+feature whose kind conflicts with the merged schema (``field_type``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import pyarrow as pa
+
+from shardfeed.formats.columns import conform
+from shardfeed.formats.sources.base import DatasetMeta, ScanResult, UnitRef, content_digest
+from shardfeed.formats.storage import Location, locate
+from shardfeed.formats.tf_example import ExampleDecodeError, decode_example
+from shardfeed.formats.tfrecord import TFRecordError, iter_records, read_record_at
+from shardfeed.schemas.errors import ShardfeedError
+from shardfeed.schemas.features import Feature, FeatureSpec
+from shardfeed.schemas.rejects import RejectError, RejectRecord
+
+KIND_ORDER = ("int64", "float", "bytes")  # tie-break: the first wins
+MAX_RECORD_BYTES = 256 << 20  # a larger record is a reject, never held in memory
+_IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF8", b"RIFF", b"BM")
+
+
+@dataclass(frozen=True)
+class InferredExamples:
+    """Per-feature counts over some records (JSON-able, so it travels between stages):
+    ``kinds[name][kind]``, ``lengths[name][str(n)]`` (non-empty values), ``text[name]`` /
+    ``images[name]`` (bytes values that are UTF-8 / images), ``values[name]`` (non-empty)."""
+
+    records: int = 0
+    kinds: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    lengths: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    text: Mapping[str, int] = field(default_factory=dict)
+    images: Mapping[str, int] = field(default_factory=dict)
+
+
+def merge_inferred(a: InferredExamples, b: InferredExamples) -> InferredExamples:
+    """Sum two fragments; associative and commutative, ``InferredExamples()`` the identity."""
+
+    def add(x: Mapping[str, Mapping[str, int]], y: Mapping[str, Mapping[str, int]]) -> dict:
+        out = {k: dict(v) for k, v in x.items()}
+        for name, counts in y.items():
+            into = out.setdefault(name, {})
+            for key, n in counts.items():
+                into[key] = into.get(key, 0) + n
+        return out
+
+    def add_flat(x: Mapping[str, int], y: Mapping[str, int]) -> dict:
+        out = dict(x)
+        for k, n in y.items():
+            out[k] = out.get(k, 0) + n
+        return out
+
+    return InferredExamples(
+        a.records + b.records,
+        add(a.kinds, b.kinds),
+        add(a.lengths, b.lengths),
+        add_flat(a.text, b.text),
+        add_flat(a.images, b.images),
+    )
+
+
+def resolve_kind(counts: Mapping[str, int]) -> str:
+    return max(KIND_ORDER, key=lambda k: (counts.get(k, 0), -KIND_ORDER.index(k)))
+
+
+def feature_for(name: str, inferred: InferredExamples) -> Feature:
+    """The feature a merged inference gives ``name`` (the table in the module docstring)."""
+    kind = resolve_kind(inferred.kinds.get(name, {}))
+    lengths = {int(n) for n, c in inferred.lengths.get(name, {}).items() if c}
+    values = sum(inferred.lengths.get(name, {}).values())
+    fixed = lengths.pop() if len(lengths) == 1 else None
+    if kind in ("int64", "float"):
+        dtype = "int64" if kind == "int64" else "float32"
+        if fixed == 1 or not values:
+            return Feature(name, dtype, (1,))
+        if fixed is not None:
+            return Feature(name, dtype, (fixed,))
+        return Feature(name, "string", (1,), extra={"encoding": "json", "example_kind": kind})
+    if fixed not in (1, None) or (fixed is None and values):
+        return Feature(name, "string", (1,), extra={"encoding": "json", "example_kind": kind})
+    if values and inferred.images.get(name, 0) == values:
+        return Feature(name, "image", ())
+    if inferred.text.get(name, 0) == values:
+        return Feature(name, "string", (1,))
+    return Feature(name, "string", (1,), extra={"encoding": "base64"})
+
+
+class TFRecordSource:
+    """TFRecord ``tf.train.Example`` reader implementing the ``SourceReader`` protocol."""
+
+    kind: ClassVar[str] = "tfrecord"
+    merge_inferred = staticmethod(merge_inferred)
+    inferred_type = InferredExamples
+
+    def __init__(self, root: str, *, max_record_bytes: int = MAX_RECORD_BYTES) -> None:
+        self.max_record_bytes = max_record_bytes
+        location = locate(os.fspath(root))
+        if not location.is_local:
+            raise ShardfeedError(f"{root}: TFRecord sources are read from local paths")
+        path = os.path.realpath(location.root)
+        if not os.path.exists(path):
+            raise ShardfeedError(f"TFRecord source {os.fspath(root)!r} does not exist")
+        self._single: str | None = None
+        if os.path.isfile(path):
+            path, self._single = os.path.split(path)
+        self._location = Location(location.filesystem, path, True, path)
+        self.root = path
+
+    def __repr__(self) -> str:
+        return f"TFRecordSource({self.root!r})"
+
+    def files(self) -> list[str]:
+        if self._single is not None:
+            return [self._single]
+        out = []
+        for dirpath, _, names in os.walk(self.root):
+            rel = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
+            prefix = "" if rel == "." else rel + "/"
+            out += [prefix + n for n in names if is_tfrecord_name(n)]
+        return sorted(out)
+
+    def meta(self) -> DatasetMeta:
+        return DatasetMeta()
+
+    def reject_location(self, ref: UnitRef) -> tuple[str, str]:
+        return ref.file, f"record:{ref.position}"
+
+    # -- schema --------------------------------------------------------------------------------
+    def infer(self, file: str) -> InferredExamples:
+        """Kind, length and text/image counts of every good record of ``file``."""
+        kinds: dict[str, dict[str, int]] = {}
+        lengths: dict[str, dict[str, int]] = {}
+        text: dict[str, int] = {}
+        images: dict[str, int] = {}
+        records = 0
+        for _, _, example in self._examples(file, errors=None):
+            if example is None:
+                continue
+            records += 1
+            for name, (kind, values) in example.items():
+                if kind is None or values is None or len(values) == 0:
+                    continue
+                counts = kinds.setdefault(name, {})
+                counts[kind] = counts.get(kind, 0) + 1
+                seen = lengths.setdefault(name, {})
+                seen[str(len(values))] = seen.get(str(len(values)), 0) + 1
+                if kind == "bytes":
+                    text[name] = text.get(name, 0) + all(_is_utf8(v) for v in values)
+                    images[name] = images.get(name, 0) + all(
+                        v.startswith(_IMAGE_MAGIC) for v in values
+                    )
+        return InferredExamples(records, kinds, lengths, text, images)
+
+    def spec(self, inferred: Any | None = None) -> FeatureSpec:
+        if not isinstance(inferred, InferredExamples):
+            raise ShardfeedError(
+                f"TFRecord source {self.root}: the features are typed from the data; pass the "
+                "merged InferredExamples of infer() over all files"
+            )
+        if not inferred.kinds:
+            raise ShardfeedError(
+                f"TFRecord source {self.root}: no feature has a value in {inferred.records} records"
+            )
+        return FeatureSpec(tuple(feature_for(n, inferred) for n in sorted(inferred.kinds)))
+
+    # -- scan and read -------------------------------------------------------------------------
+    def scan(self, file: str, spec: FeatureSpec) -> ScanResult:
+        result = ScanResult()
+        convert = _Converter(spec)
+        for position, (offset, data, example) in enumerate(self._examples(file, result.rejects)):
+            where = f"record:{position}"
+            if example is None:
+                continue
+            try:
+                _, payload = convert(example)
+            except RejectError as err:
+                result.rejects.append(RejectRecord.from_error(file, where, err))
+                continue
+            result.units.append(
+                UnitRef(
+                    file=file,
+                    position=position,
+                    rows=1,
+                    payload_bytes=payload,
+                    content_hash=content_digest(data),
+                    locator=(offset, len(data)),
+                )
+            )
+        return result
+
+    def read(self, refs: Sequence[UnitRef], spec: FeatureSpec) -> pa.Table:
+        convert = _Converter(spec)
+        rows: list[list[Any] | None] = [None] * len(refs)
+        by_file: dict[str, dict[int, list[int]]] = {}
+        for i, ref in enumerate(refs):
+            by_file.setdefault(ref.file, {}).setdefault(int(ref.locator[0]), []).append(i)
+        for file in sorted(by_file):
+            wanted = by_file[file]
+            for offset, data in self._fetch(file, sorted(wanted)):
+                for i in wanted[offset]:
+                    if refs[i].content_hash != content_digest(data):
+                        raise ShardfeedError(f"{file} record {refs[i].position} changed since scan")
+                values, _ = convert(decode_example(data))
+                for i in wanted[offset]:
+                    rows[i] = values
+        if any(r is None for r in rows):
+            missing = refs[rows.index(None)]
+            raise ShardfeedError(f"{missing.file} record {missing.position} is gone since scan")
+        columns = list(zip(*rows, strict=True)) if rows else [[] for _ in spec.stored]
+        arrays = {
+            f.name: pa.array(list(col), f.arrow_type)
+            for f, col in zip(spec.stored, columns, strict=True)
+        }
+        return conform(pa.table(arrays), spec)
+
+    # -- internals -----------------------------------------------------------------------------
+    def _path(self, file: str) -> str:
+        return self._location.path(file, "file")
+
+    def _examples(
+        self, file: str, errors: list[RejectRecord] | None
+    ) -> Iterator[tuple[int, bytes, dict | None]]:
+        """``(offset, data, example or None)`` per record; bad records become rejects."""
+
+        def report(err: TFRecordError) -> None:
+            if errors is not None:
+                errors.append(
+                    RejectRecord.from_error(
+                        file, f"offset:{err.offset}", RejectError(err.reject_reason, str(err))
+                    )
+                )
+
+        try:
+            path = self._path(file)
+            records = iter_records(
+                path, on_error=report, max_record_bytes=self.max_record_bytes, name=file
+            )
+            for offset, data in records:
+                try:
+                    example = decode_example(data)
+                except ExampleDecodeError as err:
+                    if errors is not None:
+                        errors.append(
+                            RejectRecord.from_error(
+                                file, f"offset:{offset}", RejectError("example_invalid", str(err))
+                            )
+                        )
+                    example = None
+                yield offset, data, example
+        except OSError as err:
+            if errors is not None:
+                errors.append(
+                    RejectRecord.from_error(
+                        file, "", RejectError("io_error", f"cannot read: {err}")
+                    )
+                )
+
+    def _fetch(self, file: str, offsets: list[int]) -> Iterator[tuple[int, bytes]]:
+        path = self._path(file)
+        with open(path, "rb") as handle:
+            compressed = handle.read(2) == b"\x1f\x8b"
+            if not compressed:
+                for offset in offsets:
+                    yield offset, read_record_at(handle, offset, name=file)
+                return
+        wanted = set(offsets)
+        for offset, data in iter_records(path, max_record_bytes=self.max_record_bytes, name=file):
+            if offset in wanted:
+                yield offset, data
+                if offset >= offsets[-1]:
+                    return
+
+
+def is_tfrecord_name(name: str) -> bool:
+    return "tfrecord" in name.lower() and not name.startswith(".")
+
+
+class _Converter:
+    """An Example -> the spec's row values and payload bytes; a kind conflict is a reject."""
+
+    def __init__(self, spec: FeatureSpec) -> None:
+        self.features = list(spec.stored)
+
+    def __call__(self, example: Mapping[str, tuple]) -> tuple[list[Any], int]:
+        out, payload = [], 0
+        for f in self.features:
+            kind, values = example.get(f.name, (None, None))
+            if kind is None or values is None or len(values) == 0:
+                out.append(None)
+                continue
+            value, size = _value(f, kind, values)
+            out.append(value)
+            payload += size
+        return out, payload
+
+
+def _value(f: Feature, kind: str, values: Any) -> tuple[Any, int]:
+    encoding = f.extra.get("encoding")
+    if f.is_numeric:
+        want = "float" if f.dtype.startswith("float") else "int64"
+        if kind != want:
+            raise RejectError(
+                "field_type", f"feature {f.name!r} holds {kind}, the schema has {want}"
+            )
+        if len(values) != f.num_elements:
+            raise RejectError(
+                "field_type",
+                f"feature {f.name!r} holds {len(values)} values, the schema has {f.num_elements}",
+            )
+        array = np.asarray(values).astype(f.dtype)
+        return (array if f.is_tensor else array[0].item()), array.nbytes
+    if encoding == "json":
+        if kind != f.extra.get("example_kind", kind):
+            raise RejectError(
+                "field_type",
+                f"feature {f.name!r} holds {kind}, the schema has {f.extra['example_kind']}",
+            )
+        if kind == "bytes":
+            items = [v.decode("utf-8", "backslashreplace") for v in values]
+        else:
+            items = [_json_number(v) for v in np.asarray(values).tolist()]
+        text = json.dumps(items, separators=(",", ":"), ensure_ascii=False)
+        return text, len(text.encode())
+    if kind != "bytes":
+        raise RejectError("field_type", f"feature {f.name!r} holds {kind}, the schema has bytes")
+    if len(values) != 1:
+        raise RejectError("field_type", f"feature {f.name!r} holds {len(values)} values, not 1")
+    data = values[0]
+    if f.dtype == "image":
+        return {"bytes": data, "path": None}, len(data)
+    if encoding == "base64":
+        return base64.b64encode(data).decode("ascii"), len(data)
+    try:
+        return data.decode("utf-8"), len(data)
+    except UnicodeDecodeError:
+        raise RejectError("utf8_invalid", f"feature {f.name!r} is not UTF-8 text") from None
+
+
+def _json_number(v: float | int) -> float | int | None:
+    return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True

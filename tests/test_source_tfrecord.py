@@ -1,0 +1,119 @@
+"""`convert --from tfrecord`: tf.train.Example records without TensorFlow, typed over all records."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from test_convert_pipeline import _tree
+
+from shardfeed.cli.main import main
+from shardfeed.formats.reader import open_dataset
+from shardfeed.formats.rejects import iter_rejects
+from shardfeed.formats.sources import detect_kind
+from shardfeed.formats.tf_example import decode_example, encode_example
+from shardfeed.formats.tfrecord import iter_records, write_records
+
+CORPORA = os.environ.get("SHARDFEED_CORPORA")
+
+
+def png(i: int) -> bytes:
+    out = io.BytesIO()
+    Image.fromarray(np.full((3, 3, 3), i, dtype=np.uint8)).save(out, format="PNG")
+    return out.getvalue()
+
+
+def example(i: int) -> bytes:
+    features = {
+        "id": ("int64", [i]),
+        "vec": ("float", [i, i + 0.5, -i]),
+        "tags": ("bytes", [b"t"] * (i % 3 + 1)),  # varying length: JSON text
+        "text": ("bytes", [f"row {i} é".encode()]),
+        "img": ("bytes", [png(i)]),
+        "blob": ("bytes", [bytes([255, i % 256, 0])]),  # not UTF-8, not an image: base64
+    }
+    if i == 7:
+        features["rare"] = ("float", [1.25])  # one record in the whole corpus
+    if i % 4 == 0:
+        del features["text"]  # missing: null
+    return encode_example(features)
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    root = tmp_path / "src"
+    root.mkdir()
+    write_records(root / "a.tfrecord", [example(i) for i in range(30)])
+    write_records(root / "b.tfrecord.gz", [example(i) for i in range(30, 50)], compression="gzip")
+    # c: a bad data CRC at record 2 (reading goes on), a non-Example, a kind conflict, then a cut
+    records = [example(i) for i in range(50, 56)]
+    records[3] = b"\x0a\x05\x0a\x03\x0a\x01"  # a truncated Features message
+    records[4] = encode_example({"id": ("bytes", [b"not an int"])})
+    offsets = write_records(root / "c.tfrecord", records)
+    data = bytearray((root / "c.tfrecord").read_bytes())
+    data[offsets[2] + 20] ^= 0xFF
+    (root / "c.tfrecord").write_bytes(bytes(data[: offsets[5] + 30]))  # record 5 cut short
+    return root
+
+
+def test_every_good_record_arrives_typed_and_every_bad_one_is_a_reject(corpus, tmp_path):
+    assert detect_kind(str(corpus)) == "tfrecord"
+    dst = tmp_path / "ds"
+    assert main(["convert", str(corpus), str(dst), "--max-reject-fraction", "0.5"]) == 0
+    ds = open_dataset(dst)
+    f = ds.features
+    assert (f["id"].dtype, f["vec"].dtype, tuple(f["vec"].shape)) == ("int64", "float32", (3,))
+    assert f["img"].dtype == "image" and f["text"].dtype == "string"
+    assert f["tags"].extra["encoding"] == "json" and f["blob"].extra["encoding"] == "base64"
+    assert f["rare"].dtype == "float32"  # typed from its single appearance
+    rows = ds.read(0, len(ds))
+    rare = rows["rare"]  # null everywhere but record 7
+    assert [i for i, v in zip(rows["id"].tolist(), rare, strict=True) if v == 1.25] == [7]
+    good = [i for i in range(56) if i not in (52, 53, 54, 55)]
+    assert sorted(rows["id"].tolist()) == good
+    for k, i in enumerate(rows["id"].tolist()):
+        np.testing.assert_array_equal(rows["vec"][k], np.float32([i, i + 0.5, -i]))
+        assert json.loads(rows["tags"][k]) == ["t"] * (i % 3 + 1)
+        assert rows["text"][k] == (None if i % 4 == 0 else f"row {i} é")
+        assert bytes(rows["img"][k]) == png(i)
+        assert base64.b64decode(rows["blob"][k]) == bytes([255, i % 256, 0])
+    reasons = sorted(r.reason for r in iter_rejects(ds.location, ds.manifest))
+    assert reasons == ["example_invalid", "field_type", "tfrecord_data_crc", "tfrecord_truncated"]
+
+
+def test_conversion_is_deterministic(corpus, tmp_path):
+    for name in ("one", "two"):
+        args = ["convert", str(corpus), str(tmp_path / name), "--max-reject-fraction", "0.5"]
+        assert main([*args, "--target-shard-size", "5KB"]) == 0
+    assert _tree(tmp_path / "one") == _tree(tmp_path / "two")
+
+
+@pytest.mark.skipif(not CORPORA, reason="SHARDFEED_CORPORA is not set (scripts/test.sh sets it)")
+def test_the_real_chicago_taxi_corpus(tmp_path):
+    src = Path(CORPORA, "tfrecord_chicago_taxi/csv_example_gen/Split-train")
+    dst = tmp_path / "taxi"
+    assert main(["convert", str(src), str(dst), "--no-shuffle"]) == 0
+    ds = open_dataset(dst)
+    assert len(ds) == 9909
+    # pickup_census_tract has a value in exactly 1 of 9,909 records; it is still typed and kept
+    assert ds.features["pickup_census_tract"].dtype == "int64"
+    rows = ds.read(0, len(ds))
+    tracts = rows["pickup_census_tract"]
+    direct = [
+        decode_example(data) for file in sorted(src.iterdir()) for _, data in iter_records(file)
+    ]
+    assert len(direct) == 9909
+    present = [
+        e["pickup_census_tract"][1][0]
+        for e in direct
+        if len(e.get("pickup_census_tract", (None, []))[1] or [])
+    ]
+    assert len(present) == 1 and present[0] in tracts.tolist()
+    fares = np.array([e["fare"][1][0] if len(e["fare"][1]) else np.nan for e in direct], np.float32)
+    np.testing.assert_array_equal(np.sort(rows["fare"].astype(np.float32)), np.sort(fares))

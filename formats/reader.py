@@ -281,6 +281,14 @@ class Dataset:
         self._open(shard)
         return self._served[shard]
 
+    def is_open(self, shard: int) -> bool:
+        """Whether ``shard`` has been resolved to a copy and opened already."""
+        return shard in self._files
+
+    @property
+    def node_cache(self) -> ShardCache | None:
+        return self._node_cache
+
     def local_extent(self, shard: int, group: int) -> tuple[str, int, int] | None:
         """``(path, start, end)``: the local file and byte range row group ``group`` of ``shard``
         is read from, or None when the shard is served from an object store."""

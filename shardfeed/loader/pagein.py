@@ -36,3 +36,14 @@ def page_in(path: str, start: int, end: int) -> int:
         return done
     finally:
         os.close(fd)
+
+
+def hint(path: str, start: int, end: int) -> None:
+    """Ask the kernel to start reading ``[start, end)`` now, without waiting for it."""
+    if not hasattr(os, "posix_fadvise"):
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_WILLNEED)
+    finally:
+        os.close(fd)

@@ -27,7 +27,7 @@ from shardfeed.formats.node_cache import NodeCache
 from shardfeed.formats.reader import Dataset
 from shardfeed.loader.columns import Batch, to_batch
 from shardfeed.loader.mixture import interleave, normalize
-from shardfeed.loader.pagein import page_in
+from shardfeed.loader.pagein import hint, page_in
 from shardfeed.loader.pins import pinned_shards
 from shardfeed.loader.streams import Stream, as_world
 from shardfeed.planning.assign import World
@@ -40,6 +40,8 @@ DEFAULT_IO_THREADS = 4
 #: a decoded row group is kept when a piece this close ahead reads it again (at ~4 MiB per
 #: group, at most this many groups' worth of memory)
 _REUSE_WINDOW = 32
+#: kernel read-ahead hints reach this many times ``prefetch`` batches ahead
+_HINT_FACTOR = 2
 _END = object()
 
 DatasetLike = Dataset | str | os.PathLike
@@ -357,7 +359,7 @@ class _Pipeline:
         next_use = [s.plan.next_use() for s in loader.streams]
         reading: dict[tuple[int, int, int], Future] = {}
         decoded: dict[tuple[int, int, int], pa.Table] = {}
-        ahead = start
+        ahead = hinted = start
         for step in range(start, steps):
             if self._stopped.is_set():
                 return
@@ -366,6 +368,11 @@ class _Pipeline:
                     if key not in reading and key not in decoded:
                         reading[key] = self._io.submit(self._read, key, names)
                 ahead += 1
+            # and, as many batches further, let the kernel start reading (deeper disk queue)
+            while hinted < min(steps, step + 1 + _HINT_FACTOR * loader.prefetch):
+                for key in self._groups(int(source[hinted]), int(index[hinted])):
+                    self._hint(key)
+                hinted += 1
             s, k = int(source[step]), int(index[step])
             stream = loader.streams[s]
             plan = stream.plan
@@ -391,6 +398,18 @@ class _Pipeline:
             plan.shard[part.start : part.stop], plan.group[part.start : part.stop], strict=False
         )
         return list(dict.fromkeys((source, int(s), int(g)) for s, g in pairs))
+
+    def _hint(self, key: tuple[int, int, int]) -> None:
+        source, shard, group = key
+        dataset = self.loader.streams[source].dataset
+        if dataset.node_cache is not None and not dataset.is_open(shard):
+            return  # opening may copy into the node cache: the I/O threads do that, not this one
+        try:
+            extent = dataset.local_extent(shard, group)
+            if extent is not None:
+                hint(*extent)
+        except Exception as err:  # a hint only: the read reports the problem properly
+            log.debug("read-ahead hint for shard %d group %d skipped: %s", shard, group, err)
 
     def _read(self, key: tuple[int, int, int], names: list[str]) -> pa.Table:
         """Page a row group in with large reads, then decode it (in an I/O thread)."""

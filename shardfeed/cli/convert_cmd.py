@@ -84,6 +84,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--text-field", default="text", help="JSONL: the required text field (default 'text')"
     )
     parser.add_argument(
+        "--unify-schemas",
+        action="store_true",
+        help="Parquet: convert files whose schema differs by a lossless promotion (int32->int64, "
+        "float32->float64, int->float64, a missing column -> nulls) instead of rejecting them",
+    )
+    parser.add_argument(
         "--validate",
         choices=["full", "header", "none"],
         default="full",
@@ -171,6 +177,8 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         source_options["drop_videos"] = True
     if args.text_field != "text":
         source_options["text_field"] = args.text_field
+    if args.unify_schemas:
+        source_options["unify_schemas"] = True
     if args.shard_format != "tfrecord" and args.tfrecord_compression != "none":
         return fail("--tfrecord-compression needs --format tfrecord")
     config = ConvertConfig(

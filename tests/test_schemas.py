@@ -351,7 +351,7 @@ def test_manifest_malformed_version_refused(version):
 
 def test_manifest_unknown_encoding_refused():
     obj = _manifest_obj()
-    obj["encoding"] = "tfrecord"
+    obj["encoding"] = "arrow"
     assert _load_error(obj).field == "encoding"
 
 

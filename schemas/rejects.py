@@ -33,6 +33,10 @@ REASONS = {
     "video_incompatible": "an episode's video cannot be stream-copied (not starting on a keyframe, "
     "or codec parameters that differ from the reference video of its feature)",
     "io_error": "the input could not be read",
+    "member_unsupported": "an archive member that is not a regular file or directory (symlink, "
+    "hard link, device, FIFO, sparse file), or one above the size bound",
+    "key_repeated": "an archive sample key reappears after its sample ended, or a sample holds "
+    "the same field twice",
 }
 
 

@@ -149,7 +149,11 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
     clock = _PhaseClock(started)
     hot = config.hot_settings()  # checked before anything is written
     kind = config.kind or detect_kind(config.src)
-    media = {"media_hook": config.image_policy()} if kind in ("imagefolder", "parquet") else {}
+    media = (
+        {"media_hook": config.image_policy()}
+        if kind in ("imagefolder", "parquet", "webdataset")
+        else {}
+    )
     source = open_source(config.src, kind, **media, **config.source_options)
     meta = source.meta()
     dst = os.path.abspath(config.dst)

@@ -37,6 +37,15 @@ REASONS = {
     "hard link, device, FIFO, sparse file), or one above the size bound",
     "key_repeated": "an archive sample key reappears after its sample ended, or a sample holds "
     "the same field twice",
+    "schema_drift": "a file's columns or types differ from the corpus schema (see --unify-schemas)",
+    "parquet_corrupt": "a Parquet file or row group cannot be read (corrupt footer or pages)",
+    "tfrecord_data_crc": "a TFRecord record's data does not match its CRC",
+    "tfrecord_length_crc": "a TFRecord length header does not match its CRC (the rest of the file "
+    "cannot be framed)",
+    "tfrecord_truncated": "a TFRecord file ends inside a record",
+    "tfrecord_too_large": "a TFRecord record is larger than the bound",
+    "tfrecord_gzip": "a GZIP TFRecord stream is corrupt",
+    "example_invalid": "a TFRecord record is not a valid tf.train.Example",
 }
 
 

@@ -17,7 +17,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "convert",
         help="convert a raw corpus into size-balanced shards (Apache Beam; needs shardfeed[beam])",
         description=(
-            "Convert SRC (a LeRobot v2.1/v3.0 dataset, an image folder or JSONL files) into a shardfeed "
+            "Convert SRC (a LeRobot v2.1/v3.0 dataset, an image folder, JSONL files, WebDataset tars, "
+            "Parquet tables or TFRecord files of tf.train.Example) into a shardfeed "
             "dataset at DST. Runs on Beam's in-process runner by default, with no network access. Any flag "
             "not listed here goes to Beam's PipelineOptions, e.g. --direct_running_mode=multi_processing "
             "--direct_num_workers=2, or --runner=dask."

@@ -46,28 +46,38 @@ def binary_views(array: pa.Array) -> np.ndarray:
 
 
 def to_batch(
-    table: pa.Table,
+    pieces: Sequence[pa.Table],
     features: FeatureSpec,
     names: Sequence[str],
     *,
     decode: Executor | None = None,
 ) -> Batch:
-    """The columns ``names`` of ``table`` as numpy; ``decode`` (a pool) decodes image columns."""
+    """The columns ``names`` of the concatenated ``pieces`` as numpy; ``decode`` (a pool)
+    decodes image columns. Binary values stay views of each piece's buffers (never combined:
+    that would copy them); other columns are combined once per batch."""
     out: Batch = {}
     for name in names:
         feature = features[name]
-        column = table.column(name)
+        chunks = [c for piece in pieces for c in piece.column(name).chunks]
         if feature.dtype == "image":
-            chunk = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-            views = binary_views(chunk.field("bytes"))
-            if chunk.null_count:  # a null image: its struct is null, whatever its child holds
-                views[~np.asarray(chunk.is_valid())] = None
+            views = _concat([_image_views(c) for c in chunks])
             out[name] = views if decode is None else decode_images(views, feature, decode)
-        elif pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
-            out[name] = binary_views(column)
+        elif pa.types.is_binary(chunks[0].type) or pa.types.is_large_binary(chunks[0].type):
+            out[name] = _concat([binary_views(c) for c in chunks])
         else:
-            out[name] = column_to_numpy(column, feature)
+            out[name] = column_to_numpy(pa.chunked_array(chunks, chunks[0].type), feature)
     return out
+
+
+def _image_views(chunk: pa.StructArray) -> np.ndarray:
+    views = binary_views(chunk.field("bytes"))
+    if chunk.null_count:  # a null image: its struct is null, whatever its child holds
+        views[~np.asarray(chunk.is_valid())] = None
+    return views
+
+
+def _concat(arrays: list[np.ndarray]) -> np.ndarray:
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
 def decode_images(views: np.ndarray, feature: Feature, pool: Executor) -> np.ndarray:

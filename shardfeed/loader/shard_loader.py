@@ -1,11 +1,12 @@
 """``ShardLoader``: one loader worker's batches of an epoch, read ahead in background threads.
 
 The worker's rows come from the assignment (stored, given, or planned in memory the same way on
-every rank), cut into pieces inside one row group (``reads.py``). A producer thread decodes whole
-row groups in stream order and slices them into batches, ``prefetch`` batches ahead of the
-consumer; a pool of I/O threads pages the row groups of the batches after that into memory with
-large reads (``pagein.py``), so a cold disk is read at its sequential rate while the decoder
-works. Several datasets interleave by weight, one batch at a time (``mixture.py``).
+every rank), cut into pieces inside one row group (``reads.py``). A pool of I/O threads decodes
+the row groups of the next ``prefetch`` batches in parallel (pyarrow releases the GIL); a
+producer thread slices them into batches in stream order for the consumer. The row groups of the
+batches after those get kernel read-ahead hints (``readahead.py``), so a cold disk has many large
+requests in flight while the decoders work. Several datasets interleave by weight, one batch at
+a time (``mixture.py``).
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from shardfeed.formats.node_cache import NodeCache
 from shardfeed.formats.reader import Dataset
 from shardfeed.loader.columns import Batch, to_batch
 from shardfeed.loader.mixture import interleave, normalize
-from shardfeed.loader.pagein import hint, page_in
 from shardfeed.loader.pins import pinned_shards
+from shardfeed.loader.readahead import hint
 from shardfeed.loader.streams import Stream, as_world
 from shardfeed.planning.assign import World
 from shardfeed.schemas.units import parse_size
@@ -56,6 +57,7 @@ class ShardLoader:
     (single-GPU nodes) or a :class:`World`. ``assignment`` is a stored assignment's name or an
     :class:`Assignment` (one dataset only); without it the plan is made in memory with the
     ``pad`` policy, so every rank of an epoch gets the same number of whole batches.
+    ``split`` reads only that named split of a ``convert --split`` dataset (one dataset only).
     ``cache_dir``/``cache_bytes`` cache shards read from shared storage on this node.
     See docs/LOADER.md.
     """
@@ -73,6 +75,7 @@ class ShardLoader:
         batch_size: int,
         columns: Sequence[str] | None = None,
         assignment: Assignment | str | None = None,
+        split: str | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_bytes: int | str | None = None,
         prefetch: int = 4,
@@ -82,6 +85,8 @@ class ShardLoader:
         sources, weights = _sources(dataset)
         if assignment is not None and len(sources) > 1:
             raise ValueError("assignment= applies to one dataset; a mixture plans each in memory")
+        if split is not None and len(sources) > 1:
+            raise ValueError("split= applies to one dataset, not a mixture")
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         if prefetch < 1 or io_threads < 1:
@@ -93,6 +98,7 @@ class ShardLoader:
         self.prefetch, self.io_threads, self.decode_images = prefetch, io_threads, decode_images
         self.weights = tuple(float(w) for w in normalize(weights))
         self._assignment = assignment
+        self.split = split
         self._datasets = [s if isinstance(s, Dataset) else _open(s) for s in sources]
         # close only what this loader opened: a Dataset passed in stays the caller's
         self._owned = [not isinstance(s, Dataset) for s in sources]
@@ -128,6 +134,7 @@ class ShardLoader:
                 seed=self.seed,
                 batch_size=self.batch_size,
                 assignment=self._assignment,
+                split=self.split,
             )
             for ds in self._datasets
         ]
@@ -221,6 +228,7 @@ class ShardLoader:
             "batch_size": self.batch_size,
             "assignment": a if isinstance(a, str) or a is None else a.name,
             "columns": list(self.columns),
+            **({"split": self.split} if self.split is not None else {}),
         }
 
     # -- metrics -------------------------------------------------------------------------------
@@ -386,8 +394,8 @@ class _Pipeline:
                 if next_use[s][p] - p <= _REUSE_WINDOW:
                     decoded[key] = table
                 piece = table.slice(int(plan.lo[p]), int(plan.hi[p] - plan.lo[p]))
-                parts.append(to_batch(piece, stream.dataset.features, names, decode=self._decode))
-            batch = parts[0] if len(parts) == 1 else _concat(parts)
+                parts.append(piece)
+            batch = to_batch(parts, stream.dataset.features, names, decode=self._decode)
             if not self._put((batch, plan.batch_rows(k), plan.batch_payload(k))):
                 return
 
@@ -412,23 +420,12 @@ class _Pipeline:
             log.debug("read-ahead hint for shard %d group %d skipped: %s", shard, group, err)
 
     def _read(self, key: tuple[int, int, int], names: list[str]) -> pa.Table:
-        """Page a row group in with large reads, then decode it (in an I/O thread)."""
+        """Decode a row group (in an I/O thread; pyarrow releases the GIL)."""
         source, shard, group = key
         dataset = self.loader.streams[source].dataset
-        try:
-            extent = dataset.local_extent(shard, group)
-            if extent is not None and not self._stopped.is_set():
-                page_in(*extent)
-        except Exception as err:  # a hint only: the decode below reports the problem properly
-            log.debug("page-in of shard %d group %d skipped: %s", shard, group, err)
         table = dataset.read_row_group(shard, group, names)
         self.loader._metrics.read_group(dataset.served_on_node(shard))
         return table
-
-
-def _concat(parts: list[Batch]) -> Batch:
-    """One batch from per-piece batches (object arrays of views stay views)."""
-    return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
 
 
 def _sources(dataset: Sources) -> tuple[list[DatasetLike], list[float]]:

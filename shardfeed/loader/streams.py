@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-import numpy as np
-
 from shardfeed.assignment import Assignment, load_assignment
 from shardfeed.dataset_source import DatasetSource
 from shardfeed.formats.reader import Dataset, open_dataset
@@ -38,10 +36,12 @@ def worker_spans(
     batch_size: int,
     assignment: Assignment | str | None,
     row_bytes: RowBytes | None = None,
+    split: str | None = None,
 ) -> Spans:
     """The spans ``worker`` of ``rank`` reads in ``epoch``: from a stored or given assignment,
     else planned in memory now (``pad`` policy, whole batches, the same plan every rank
-    computes from the same inputs)."""
+    computes from the same inputs). ``split``: only that named split's shards (a stored
+    assignment must have been planned for it)."""
     if not 0 <= rank < world.ranks:
         raise ValueError(f"rank {rank} is outside the world's {world.ranks} ranks")
     if not 0 <= worker < world.workers:
@@ -55,10 +55,21 @@ def worker_spans(
                 f"assignment {assignment.name!r} is for {planned.ranks} ranks x "
                 f"{planned.workers} workers, not {world.ranks} x {world.workers}"
             )
+        if split is not None and assignment.header.split != split:
+            raise ValueError(
+                f"assignment {assignment.name!r} was planned for "
+                + (
+                    f"split {assignment.header.split!r}"
+                    if assignment.header.split is not None
+                    else "the whole dataset"
+                )
+                + f", not split {split!r}"
+            )
         return assignment.spans(rank, worker, epoch)
-    row_bytes = row_bytes or DatasetSource.of(dataset).row_bytes()
+    source = DatasetSource.of(dataset)
+    row_bytes = row_bytes or source.row_bytes()
     policy = Policy(PAD, batch_size, None, seed)
-    sequence = Spans.whole_shards(np.diff(row_bytes.offsets))
+    sequence = source.sequence(split)
     homes, _ = plan_homes(sequence, row_bytes, world, policy)
     plan = plan_epoch(sequence, row_bytes, world, policy, epoch, homes)
     mine = (plan.rank == rank) & (plan.worker == worker)
@@ -85,6 +96,7 @@ class Stream:
         seed: int,
         batch_size: int,
         assignment: Assignment | str | None,
+        split: str | None = None,
     ) -> Stream:
         ds = dataset if isinstance(dataset, Dataset) else open_dataset(dataset)
         row_bytes = DatasetSource.of(ds).row_bytes()
@@ -98,6 +110,7 @@ class Stream:
             batch_size=batch_size,
             assignment=assignment,
             row_bytes=row_bytes,
+            split=split,
         )
         groups = GroupIndex.of([s.row_groups for s in ds.shards])
         return cls(ds, spans, plan_reads(spans, groups, row_bytes, batch_size))

@@ -240,14 +240,18 @@ def _tfrecord_batches(
         parsed = tf.io.parse_example(serialized, spec)
         return {f.name: _from_example(parsed[f.name], f) for f in features}
 
-    spans = tf.data.Dataset.from_tensor_slices(
+    return _spans(paths, starts, rows).flat_map(span).batch(batch_size).map(convert)
+
+
+def _spans(paths: list[str], starts: np.ndarray, rows: np.ndarray) -> tf.data.Dataset:
+    """One element per span, in stream order: (path, first row in the shard, rows)."""
+    return tf.data.Dataset.from_tensor_slices(
         (
             tf.constant(paths, tf.string),
             tf.constant(starts, tf.int64),
             tf.constant(rows, tf.int64),
         )
     )
-    return spans.flat_map(span).batch(batch_size).map(convert)
 
 
 def _from_example(values: tf.Tensor, feature: Feature) -> tf.Tensor:
@@ -285,16 +289,8 @@ def _parquet_batches(
     def convert(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         return {f.name: _cast(batch[_leaf(f)], f) for f in features}
 
-    # element: (path, first row in the shard, rows) of one span, in stream order
-    spans = tf.data.Dataset.from_tensor_slices(
-        (
-            tf.constant(paths, tf.string),
-            tf.constant(starts, tf.int64),
-            tf.constant(rows, tf.int64),
-        )
-    )
     # element: one row, {leaf: scalar}; then a batch, {column: (N,)}
-    return spans.flat_map(span).batch(batch_size).map(convert)
+    return _spans(paths, starts, rows).flat_map(span).batch(batch_size).map(convert)
 
 
 def _cast(values: tf.Tensor, feature: Feature) -> tf.Tensor:

@@ -40,6 +40,7 @@ import pyarrow.fs as pafs
 import zstandard
 
 from shardfeed.formats.columns import conform
+from shardfeed.formats.sources import json_text
 from shardfeed.formats.sources.base import DatasetMeta, ScanResult, UnitRef, content_digest
 from shardfeed.formats.storage import Location, locate
 from shardfeed.schemas.errors import ShardfeedError, UnsafePathError
@@ -317,15 +318,8 @@ def _is_blank(data: bytes) -> bool:
     return not data.strip(b" \t\r")
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)  # strict JSON: no NaN / Infinity
-#: Canonical JSON text of nested values (the ``json`` kind).
-_ENCODER = json.JSONEncoder(
-    sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False
-)
+_DECODER = json_text.STRICT  # strict JSON: no NaN / Infinity
+_ENCODER = json_text.CANONICAL  # canonical JSON text of nested values (the ``json`` kind)
 
 
 def _json_type(value: Any) -> str:

@@ -91,6 +91,7 @@ import pyarrow.parquet as pq
 
 from shardfeed.formats.columns import nest
 from shardfeed.formats.payload import table_row_bytes
+from shardfeed.formats.sources import json_text
 from shardfeed.formats.sources.base import DatasetMeta, MediaHook, ScanResult, UnitRef
 from shardfeed.formats.storage import Location, locate
 from shardfeed.schemas.errors import ShardfeedError, UnsafePathError
@@ -124,13 +125,6 @@ _JOIN_ORDER = (
     *("float16", "float32", "float64"),
 )
 _BASE64 = {"encoding": "base64", "parquet_type": "binary"}
-#: Canonical JSON text of nested values, as jsonl.py writes them.
-_ENCODER_OPTIONS: dict[str, Any] = {
-    "sort_keys": True,
-    "ensure_ascii": False,
-    "separators": (",", ":"),
-    "allow_nan": False,
-}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -709,7 +703,7 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
-_ENCODER = json.JSONEncoder(default=_json_default, **_ENCODER_OPTIONS)
+_ENCODER = json.JSONEncoder(default=_json_default, **json_text.CANONICAL_OPTIONS)
 
 
 def _json(source: pa.Array, name: str) -> tuple[pa.Array | None, dict]:

@@ -30,7 +30,6 @@ feature whose kind conflicts with the merged schema (``field_type``).
 from __future__ import annotations
 
 import base64
-import json
 import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -41,6 +40,7 @@ import numpy as np
 import pyarrow as pa
 
 from shardfeed.formats.columns import conform
+from shardfeed.formats.sources import json_text
 from shardfeed.formats.sources.base import DatasetMeta, ScanResult, UnitRef, content_digest
 from shardfeed.formats.storage import Location, locate
 from shardfeed.formats.tf_example import ExampleDecodeError, decode_example
@@ -353,7 +353,7 @@ def _value(f: Feature, kind: str, values: Any) -> tuple[Any, int]:
             items = [v.decode("utf-8", "backslashreplace") for v in values]
         else:
             items = [_json_number(v) for v in np.asarray(values).tolist()]
-        text = json.dumps(items, separators=(",", ":"), ensure_ascii=False)
+        text = json_text.CANONICAL.encode(items)
         return text, len(text.encode())
     if kind != "bytes":
         raise RejectError("field_type", f"feature {f.name!r} holds {kind}, the schema has bytes")

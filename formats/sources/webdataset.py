@@ -54,7 +54,6 @@ import base64
 import contextlib
 import gzip
 import hashlib
-import json
 import os
 import posixpath
 import re
@@ -68,6 +67,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from shardfeed.formats.columns import to_table
+from shardfeed.formats.sources import json_text
 from shardfeed.formats.sources.base import DatasetMeta, MediaHook, ScanResult, UnitRef
 from shardfeed.formats.sources.jsonl import JSON_EXTRA
 from shardfeed.formats.storage import Location, locate
@@ -412,15 +412,8 @@ def _printable(text: str) -> str:
 _Rule = Callable[[bytes], tuple[Any, int]]  # member bytes -> (column value, payload bytes)
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)  # strict JSON: no NaN / Infinity
-#: Canonical JSON text, as the JSONL source writes nested values.
-_ENCODER = json.JSONEncoder(
-    sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False
-)
+_DECODER = json_text.STRICT  # strict JSON: no NaN / Infinity
+_ENCODER = json_text.CANONICAL  # canonical JSON text, as the JSONL source writes nested values
 
 
 def _short(data: bytes) -> str:

@@ -48,6 +48,7 @@ from shardfeed.schemas.info import DEFAULT_VIDEO_PATH, Info
 from shardfeed.schemas.manifest import (
     MANIFEST_PATH,
     CostSpec,
+    Duplicates,
     FileRecord,
     Manifest,
     Provenance,
@@ -320,13 +321,15 @@ def publish(
     extra_files: Sequence[FileRecord] = (),
     stats: Mapping[str, FeatureStats] | None = None,
     hot_shards: int = 0,
+    duplicates: Duplicates | None = None,
 ) -> Manifest:
     """Write stats, tasks, episodes, info and the sample index from the shard outcomes, then the
     manifest, last.
 
     The manifest's ``cost`` names the cost kind of ``options.cost`` for ``spec`` and holds
     :func:`~shardfeed.formats.cost.cost_buckets` of every sample's cost; the kind is also
-    recorded as the content option ``cost``.
+    recorded as the content option ``cost``. ``duplicates``: what ``convert --dedup`` left out (its
+    ``duplicates.jsonl`` comes in ``extra_files``); None without dedup.
 
     ``stats``: the outcomes' stats already merged in shard order (a pipeline's CombineFn did it);
     by default they are merged here. ``hot_shards``: how many leading shards hold the hot set."""
@@ -382,6 +385,7 @@ def publish(
         encoding=options.encoding,
         cost=CostSpec(kind, cost_buckets(np.concatenate(costs) if costs else np.zeros(0))),
         hot_shards=hot_shards,
+        duplicates=duplicates,
     )
     atomic_write_bytes(os.path.join(root, MANIFEST_PATH), manifest.dumps().encode())
     return manifest

@@ -35,6 +35,7 @@ from shardfeed.formats.unit_table import (
     write_totals,
     write_units,
 )
+from shardfeed.pipelines.dedup import DropDuplicates
 from shardfeed.pipelines.plan_stage import Plan, PlanSettings, hot_positions, load_plan, plan_files
 from shardfeed.pipelines.stats_combine import MergeShardStats, StatsState, save_merged_stats
 from shardfeed.planning.shard_plan import ContiguousPlan, ShardPlan, bucket_of, hot_bucket
@@ -346,9 +347,11 @@ class ConvertFiles(beam.PTransform):
         self.source, self.spec, self.config, self.settings = source, spec, config, settings
 
     def expand(self, files: beam.PCollection) -> beam.PCollection:
+        scanned = files | "ScanFiles" >> ScanFiles(self.source, self.spec, self.config)
+        if self.settings.dedup:  # the same paths, once later exact copies are out of the tables
+            scanned = scanned | "DropDuplicates" >> DropDuplicates(self.source, self.config)
         return (
-            files
-            | "ScanFiles" >> ScanFiles(self.source, self.spec, self.config)
+            scanned
             | "PlanShards" >> PlanShards(self.config, self.settings, self.source)
             | "WriteShards" >> WriteShards(self.source, self.spec, self.config)
             # without_defaults: no side input (DaskRunner), and no output when nothing was written

@@ -34,6 +34,7 @@ from shardfeed.pipelines.convert import (
     InferSchema,
     read_inferred,
 )
+from shardfeed.pipelines.dedup import publish_duplicates
 from shardfeed.pipelines.plan_stage import (
     HotSettings,
     PlanInfo,
@@ -45,7 +46,7 @@ from shardfeed.pipelines.progress import WorkDirProgress
 from shardfeed.pipelines.runners import make_runner
 from shardfeed.pipelines.stats_combine import load_merged_stats
 from shardfeed.schemas.errors import ShardfeedError
-from shardfeed.schemas.manifest import MANIFEST_PATH, Rejects
+from shardfeed.schemas.manifest import MANIFEST_PATH, Duplicates, Rejects
 from shardfeed.schemas.units import parse_size_or_share
 from shardfeed.transforms.image_policy import ImagePolicy
 
@@ -72,6 +73,7 @@ class ConvertConfig:
     cost: str = "auto"  # what samples.parquet's per-sample cost counts (formats/cost.py)
     hot_weights: str | None = None  # key,weight file: the hot set goes to leading shards
     hot_budget: str = "10%"
+    dedup: bool = False  # leave later exact copies out (listed in duplicates.jsonl)
     overwrite: bool = False
     progress: bool = False  # force the progress line even when stderr is not a terminal
     source_options: dict[str, Any] = field(default_factory=dict)
@@ -105,6 +107,7 @@ class ConvertConfig:
             **self.image_policy().content_options(),
             **self.source_options,
             **hot,
+            **({"dedup": True} if self.dedup else {}),
         }
 
 
@@ -121,6 +124,7 @@ class ConvertSummary:
     notes: list[str]
     published: bool
     phases: dict[str, float] = field(default_factory=dict)  # wall seconds per phase, in run order
+    duplicates: int | None = None  # later exact copies left out (--dedup); None without it
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -133,6 +137,7 @@ class ConvertSummary:
                 "total": sum(self.rejects.values()),
                 "by_reason": dict(sorted(self.rejects.items())),
             },
+            **({"duplicates": {"total": self.duplicates}} if self.duplicates is not None else {}),
             "payload_bytes": self.payload_bytes,
             "bytes": self.bytes,
             "compression_ratio": round(self.payload_bytes / self.bytes, 4) if self.bytes else None,
@@ -149,6 +154,11 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
     clock = _PhaseClock(started)
     hot = config.hot_settings()  # checked before anything is written
     kind = config.kind or detect_kind(config.src)
+    if config.dedup and kind == "lerobot":
+        raise ShardfeedError(
+            "--dedup does not support episodic (LeRobot) sources: an episode's content hash covers "
+            "its episode_index, index and timestamps, so no two episodes can be exact copies"
+        )
     media = (
         {"media_hook": config.image_policy()}
         if kind in ("imagefolder", "parquet", "webdataset")
@@ -200,6 +210,7 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
         config.shuffle_seed is not None,
         config.max_reject_fraction,
         hot,
+        dedup=config.dedup,
     )
     # one pipeline: scan every file, plan once from the small per-file totals, then each shard
     # writer reads its own units (payloads never cross the shuffle)
@@ -239,6 +250,10 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
         )
     _remove_unplanned(dst, outcomes)
     extra = _move_rejects(dst, graph.work, reject_names)
+    duplicates = None
+    if config.dedup:  # the parts in source order -> meta/shardfeed/duplicates.jsonl
+        total, record = publish_duplicates(dst, graph.work, files)
+        duplicates, extra = Duplicates(total), [*extra, record]
     publish(
         dst,
         spec,
@@ -248,16 +263,18 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
         extra_files=extra,
         stats=load_merged_stats(graph.work),
         hot_shards=planned.hot_shards,
+        duplicates=duplicates,
     )
     shutil.rmtree(graph.work, ignore_errors=True)
     clock.mark("publish")
     samples_out = sum(o.record.rows for o in outcomes)
     return ConvertSummary(
         dst=dst,
-        samples_in=samples_out + rejected_units,
+        samples_in=samples_out + rejected_units + (duplicates.total if duplicates else 0),
         samples_out=samples_out,
         shards=len(outcomes),
         rejects=reject_counts,
+        duplicates=None if duplicates is None else duplicates.total,
         payload_bytes=sum(o.record.payload_bytes for o in outcomes),
         bytes=sum(o.record.bytes for o in outcomes),
         seconds=time.monotonic() - started,

@@ -77,6 +77,7 @@ class PlanSettings:
     shuffled: bool
     max_reject_fraction: float
     hot: HotSettings | None = None
+    dedup: bool = False  # drop later exact copies before planning (pipelines/dedup.py)
 
 
 @dataclass(frozen=True)

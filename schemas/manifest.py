@@ -30,6 +30,8 @@ FORMAT_VERSION = "1.0"
 FORMAT_MAJOR = 1
 MANIFEST_PATH = "meta/shardfeed/manifest.json"
 SAMPLE_INDEX_PATH = "meta/shardfeed/samples.parquet"
+#: ``convert --dedup``: one JSON line per later exact copy left out of the shards
+DUPLICATES_PATH = "meta/shardfeed/duplicates.jsonl"
 ENCODINGS = ("parquet", "tfrecord", "tfrecord-gzip")
 #: what a sample's cost (``samples.parquet`` column ``cost``) counts, for size-aware batching
 COST_KINDS = ("tokens", "pixels", "frames", "bytes")
@@ -145,6 +147,25 @@ class Rejects:
 
 
 @dataclass(frozen=True)
+class Duplicates:
+    """``convert --dedup``: how many later exact copies (equal content hash) were left out of the
+    shards; each is one line of ``meta/shardfeed/duplicates.jsonl`` naming the first occurrence."""
+
+    total: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"total": self.total}
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str = "duplicates") -> Duplicates:
+        obj = require_object(obj, where)
+        unknown = sorted(set(obj) - {"total"})
+        if unknown:
+            raise SchemaError(f"{where}.{unknown[0]}", "is not a duplicates field")
+        return cls(total=count(obj, "total", where))
+
+
+@dataclass(frozen=True)
 class Provenance:
     """Where the data came from and the options that change its bytes (never runner details)."""
 
@@ -212,6 +233,8 @@ class Manifest:
     #: the first ``hot_shards`` shards hold exactly the hot set (``convert --hot-weights``)
     hot_shards: int = 0
     cost: CostSpec | None = None
+    #: ``convert --dedup``: the later exact copies left out; None when dedup was not asked for
+    duplicates: Duplicates | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.hot_shards <= len(self.shards):
@@ -251,6 +274,7 @@ class Manifest:
             # optional keys appear only when set, so older manifests keep their bytes
             **({"hot_shards": self.hot_shards} if self.hot_shards else {}),
             **({"cost": self.cost.to_json()} if self.cost is not None else {}),
+            **({"duplicates": self.duplicates.to_json()} if self.duplicates is not None else {}),
         }
 
     def dumps(self) -> str:
@@ -291,6 +315,7 @@ class Manifest:
             provenance=Provenance.from_json(get(obj, "provenance", dict, "")),
             hot_shards=count(obj, "hot_shards", "") if "hot_shards" in obj else 0,
             cost=CostSpec.from_json(obj["cost"]) if "cost" in obj else None,
+            duplicates=Duplicates.from_json(obj["duplicates"]) if "duplicates" in obj else None,
         )
 
 

@@ -15,7 +15,8 @@ from shardfeed.schemas.manifest import Manifest
 
 
 def dataset_summary(manifest: Manifest, info: Info) -> dict[str, Any]:
-    """Samples, shards, sizes, compression, balance, features, rejects and provenance."""
+    """Samples, shards, sizes, compression, balance, features, rejects (and duplicates left out by
+    ``convert --dedup``, when it was used) and provenance."""
     sizes = [s.bytes for s in manifest.shards]
     payloads = [s.payload_bytes for s in manifest.shards]
     total, payload = sum(sizes), sum(payloads)
@@ -53,6 +54,7 @@ def dataset_summary(manifest: Manifest, info: Info) -> dict[str, Any]:
             for f in info.features
         },
         "rejects": manifest.rejects.to_json(),
+        **({"duplicates": manifest.duplicates.to_json()} if manifest.duplicates else {}),
         "fingerprint": manifest.fingerprint,
         "encoding": manifest.encoding,
         "format_version": manifest.format_version,

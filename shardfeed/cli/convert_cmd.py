@@ -91,6 +91,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "float32->float64, int->float64, a missing column -> nulls) instead of rejecting them",
     )
     parser.add_argument(
+        "--dedup",
+        action="store_true",
+        help="leave out exact duplicates (equal content hash) across the whole corpus: the first "
+        "occurrence in source order is kept, each later copy is counted in the summary and the "
+        "manifest and listed in meta/shardfeed/duplicates.jsonl (not for LeRobot sources)",
+    )
+    parser.add_argument(
         "--validate",
         choices=["full", "header", "none"],
         default="full",
@@ -197,6 +204,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         cost=args.cost,
         hot_weights=args.hot_weights,
         hot_budget=args.hot_budget,
+        dedup=args.dedup,
         overwrite=args.overwrite,
         progress=args.progress,
         source_options=source_options,
@@ -219,6 +227,11 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
             + ")",
             file=sys.stdout,
         )
+        if "duplicates" in s:
+            print(
+                f"  duplicates {s['duplicates']['total']:,} later exact copies left out "
+                "(meta/shardfeed/duplicates.jsonl)"
+            )
         for note in s["notes"]:
             print(f"  note      {note}")
     return EXIT_OK if summary.published else EXIT_FAILED

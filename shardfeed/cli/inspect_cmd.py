@@ -99,6 +99,11 @@ def render(name: str, s: dict, shards, limit: int, staged: dict | None = None) -
         + "".join(
             f"\n  {reason:<20} {count:,}" for reason, count in s["rejects"]["by_reason"].items()
         ),
+        *(
+            [f"duplicates     {s['duplicates']['total']:,} (left out by convert --dedup)"]
+            if "duplicates" in s
+            else []
+        ),
         f"fingerprint    {s['fingerprint']}",
         f"source         {s['provenance']['source'] or '-'} (shardfeed {s['provenance']['shardfeed_version']})",
         "",

@@ -22,7 +22,8 @@ from apache_beam.runners.runner import PipelineState
 from shardfeed.formats.cost import resolve_cost_kind
 from shardfeed.formats.layout import LISTED_DIRS
 from shardfeed.formats.meta_writer import file_record
-from shardfeed.formats.publish import DatasetOptions, ShardOutcome, prepare_root, publish
+from shardfeed.formats.object_publish import source_name
+from shardfeed.formats.publish import DatasetOptions, ShardOutcome, publish
 from shardfeed.formats.rejects import REJECTS_DIR
 from shardfeed.formats.shard_writer import DEFAULT_ROW_GROUP_BYTES
 from shardfeed.formats.sources import SourceReader, detect_kind, open_source
@@ -35,6 +36,7 @@ from shardfeed.pipelines.convert import (
     read_inferred,
 )
 from shardfeed.pipelines.dedup import publish_duplicates
+from shardfeed.pipelines.object_store import object_stores
 from shardfeed.pipelines.plan_stage import (
     HotSettings,
     PlanInfo,
@@ -153,7 +155,9 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
     started = time.monotonic()
     clock = _PhaseClock(started)
     hot = config.hot_settings()  # checked before anything is written
-    kind = config.kind or detect_kind(config.src)
+    stores = object_stores(config.src, config.dst, beam_args)  # s3:// SRC/DST, or local paths
+    kind = config.kind or detect_kind(stores.src)
+    stores.check_kind(kind)
     if config.dedup and kind == "lerobot":
         raise ShardfeedError(
             "--dedup does not support episodic (LeRobot) sources: an episode's content hash covers "
@@ -164,12 +168,11 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
         if kind in ("imagefolder", "parquet", "webdataset")
         else {}
     )
-    source = open_source(config.src, kind, **media, **config.source_options)
+    source = open_source(stores.src, kind, **media, **config.source_options)
     meta = source.meta()
-    dst = os.path.abspath(config.dst)
-    takeover = _only_leftovers(dst) and not config.overwrite
-    if not takeover:
-        prepare_root(dst, config.overwrite)
+    dst = stores.dst  # an object-store DST is built in a local scratch directory, then uploaded
+    takeover = _only_leftovers(dst) and (stores.target is not None or not config.overwrite)
+    stores.prepare(config.overwrite, takeover)
     options = DatasetOptions(
         tasks=meta.tasks,
         fps=meta.fps,
@@ -177,7 +180,7 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
         target_shard_bytes=config.target_shard_bytes,
         row_group_bytes=config.row_group_bytes,
         encoding=config.encoding,
-        source=os.path.basename(os.path.abspath(config.src).rstrip("/")),
+        source=source_name(config.src),
         content_options=config.content_options(kind),
         cost=config.cost,
     )
@@ -267,9 +270,12 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
     )
     shutil.rmtree(graph.work, ignore_errors=True)
     clock.mark("publish")
+    if stores.target is not None:
+        stores.finish()  # verified uploads, the manifest last (formats/object_publish.py)
+        clock.mark("upload")
     samples_out = sum(o.record.rows for o in outcomes)
     return ConvertSummary(
-        dst=dst,
+        dst=stores.display,
         samples_in=samples_out + rejected_units + (duplicates.total if duplicates else 0),
         samples_out=samples_out,
         shards=len(outcomes),

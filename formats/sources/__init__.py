@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import glob
 import importlib
+import itertools
 import os
 from typing import Any
+
+import pyarrow.fs as pafs
 
 from shardfeed.formats.sources.base import DatasetMeta, ScanResult, SourceReader, UnitRef
 from shardfeed.schemas.errors import ShardfeedError
@@ -24,6 +27,11 @@ _JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
 _IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
 _PARQUET_SUFFIX = ".parquet"
 _TAR_SUFFIXES = (".tar", ".tgz", ".tar.gz")  # WebDataset shards
+_SUFFIX_KINDS = (
+    (_JSONL_SUFFIXES, "jsonl"),
+    (_PARQUET_SUFFIX, "parquet"),
+    (_TAR_SUFFIXES, "webdataset"),
+)
 
 __all__ = [
     "READERS",
@@ -49,7 +57,10 @@ def reader_class(kind: str) -> type:
 
 def detect_kind(src: str) -> str:
     """LeRobot by meta/info.json codebase_version; JSONL and Parquet (a file, a glob, or a directory
-    that is not a LeRobot dataset) by suffix; an image folder by class dirs of images."""
+    that is not a LeRobot dataset) by suffix; an image folder by class dirs of images. An
+    object-store URI (``s3://bucket/prefix``) is listed through ``pyarrow.fs``."""
+    if "://" in src and not src.startswith("file://"):
+        return _detect_remote(src)
     if not os.path.exists(src):
         if glob.has_magic(src) and src.endswith(_PARQUET_SUFFIX):  # e.g. data/*.parquet
             return "parquet"
@@ -91,6 +102,43 @@ def detect_kind(src: str) -> str:
         return "imagefolder"
     raise ShardfeedError(
         f"{src}: found no LeRobot meta/info.json, *.jsonl[.gz|.zst], *.parquet, *.tar, *tfrecord* or class/*.jpg|png|webp; pass --from"
+    )
+
+
+def _detect_remote(src: str) -> str:
+    """:func:`detect_kind` for a URI: the same rules over the keys under it (at most 10,000)."""
+    from shardfeed.formats.storage import locate
+
+    location = locate(src)
+    info = location.filesystem.get_file_info(location.root)
+    name = location.root.rsplit("/", 1)[-1]
+    if info.type == pafs.FileType.File:
+        for suffixes, kind in _SUFFIX_KINDS:
+            if name.lower().endswith(suffixes):
+                return kind
+        if "tfrecord" in name.lower():
+            return "tfrecord"
+        raise ShardfeedError(f"{src}: cannot tell the source kind from the key; pass --from")
+    selector = pafs.FileSelector(location.root, recursive=True, allow_not_found=True)
+    prefix = location.root.rstrip("/") + "/"
+    names = [
+        i.path[len(prefix) :]
+        for i in itertools.islice(location.filesystem.get_file_info(selector), 10_000)
+        if i.type == pafs.FileType.File and i.path.startswith(prefix)
+    ]
+    if not names:
+        raise ShardfeedError(f"{src}: no such key or prefix (or it is empty)")
+    if "meta/info.json" in names:
+        return "lerobot"
+    for suffixes, kind in _SUFFIX_KINDS:
+        if any(n.lower().endswith(suffixes) for n in names):
+            return kind
+    if any("tfrecord" in n.rsplit("/", 1)[-1].lower() for n in names):
+        return "tfrecord"
+    if any(n.lower().endswith(_IMAGE_SUFFIXES) and "/" in n for n in names):
+        return "imagefolder"
+    raise ShardfeedError(
+        f"{src}: found no meta/info.json, *.jsonl[.gz|.zst], *.parquet, *.tar, *tfrecord* or class/*.jpg|png|webp; pass --from"
     )
 
 

@@ -1,0 +1,275 @@
+"""``convert`` with object-store SRC and DST, over real S3 protocol: a moto server on loopback.
+
+Every command finds the server through ``AWS_ENDPOINT_URL`` (or ``convert --s3_endpoint_url``);
+an S3 build must be byte-identical to the same conversion into a local directory.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+
+import pyarrow.fs as pafs
+import pytest
+
+from shardfeed import open_dataset
+from shardfeed.cli.main import main
+from shardfeed.formats import object_publish
+from shardfeed.formats.errors import IncompleteDatasetError
+from shardfeed.formats.object_publish import prepare_remote, source_name, with_endpoint
+from shardfeed.formats.tier_copy import Target
+from shardfeed.formats.verify import verify_dataset
+from shardfeed.schemas.manifest import MANIFEST_PATH
+
+pytest.importorskip("apache_beam")
+pytest.importorskip("moto.server")
+
+ROWS = 240
+CONVERT = ["--target-shard-size", "3KB", "--row-group-size", "1KB"]
+
+
+@pytest.fixture
+def aws(s3, monkeypatch, tmp_path):
+    """Credentials and region from the usual AWS variables, and no endpoint yet."""
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials"),
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    return s3
+
+
+@pytest.fixture
+def endpoint(aws, monkeypatch):
+    """``AWS_ENDPOINT_URL`` set: the only thing that tells the commands where S3 is."""
+    fs, host = aws
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{host}")
+    return fs
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """A small JSONL corpus in a directory named ``corpus``: two files, one bad line."""
+    root = tmp_path_factory.mktemp("jsonl") / "corpus"
+    root.mkdir()
+    for part in range(2):
+        lines = [
+            json.dumps({"text": f"doc {part}-{i} " + "word " * (i % 17), "n": i, "ok": i % 3 == 0})
+            for i in range(ROWS // 2)
+        ]
+        if part == 1:
+            lines.insert(7, "{not json")
+        (root / f"part-{part}.jsonl").write_text("\n".join(lines) + "\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def reference(corpus, tmp_path_factory):
+    """The same conversion into a local directory: every S3 build must equal it byte for byte."""
+    dst = tmp_path_factory.mktemp("ref") / "ds"
+    assert main(["convert", str(corpus), str(dst), *CONVERT]) == 0
+    return tree_bytes(dst)
+
+
+def tree_bytes(root) -> dict[str, bytes]:
+    """Every file under a local ``root`` as {relative posix path: bytes}."""
+    out = {}
+    for directory, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(directory, name)
+            with open(path, "rb") as handle:
+                out[os.path.relpath(path, root).replace(os.sep, "/")] = handle.read()
+    return out
+
+
+def _upload_dir(fs: pafs.FileSystem, local, prefix: str) -> None:
+    pafs.copy_files(
+        str(local),
+        f"bucket/{prefix}",
+        source_filesystem=pafs.LocalFileSystem(),
+        destination_filesystem=fs,
+    )
+
+
+def _tree(fs: pafs.FileSystem, prefix: str) -> dict[str, bytes]:
+    base = f"bucket/{prefix}/"
+    out = {}
+    for info in fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True)):
+        if info.type == pafs.FileType.File:
+            with fs.open_input_stream(info.path) as handle:
+                out[info.path[len(base) :]] = handle.read()
+    return out
+
+
+def _convert(src: str, dst: str, tmp_path, *extra: str) -> int:
+    scratch = tmp_path / "scratch"
+    return main(["convert", src, dst, *CONVERT, "--temp_location", str(scratch), *extra])
+
+
+def test_local_to_s3_then_inspect_verify_and_read(endpoint, corpus, reference, tmp_path, capsys):
+    fs = endpoint
+    assert _convert(str(corpus), "s3://bucket/l2s", tmp_path, "--json") == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["dst"] == "s3://bucket/l2s" and summary["samples_out"] == ROWS
+    assert "upload" in summary["phases"]
+    assert _tree(fs, "l2s") == reference  # byte-identical, no temporary keys
+    assert os.listdir(tmp_path / "scratch") == []  # the scratch build is removed
+    ds = open_dataset("s3://bucket/l2s")
+    assert len(ds) == ROWS and len(ds.shards) >= 3
+    assert sorted(ds.read(0, ROWS)["n"].tolist()) == sorted(list(range(ROWS // 2)) * 2)
+    assert ds.manifest.provenance.source == "corpus"
+    assert verify_dataset("s3://bucket/l2s").ok
+    assert main(["verify", "s3://bucket/l2s", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ok"] is True
+    assert main(["inspect", "s3://bucket/l2s", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_samples"] == ROWS
+    assert main(["rejects", "s3://bucket/l2s", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["total"] == 1
+
+
+def test_s3_to_local_autodetects_jsonl(endpoint, corpus, reference, tmp_path):
+    _upload_dir(endpoint, corpus, "src/corpus")
+    dst = tmp_path / "out"
+    assert main(["convert", "s3://bucket/src/corpus", str(dst), *CONVERT]) == 0
+    assert tree_bytes(dst) == reference
+
+
+def test_s3_to_s3_with_beam_endpoint_flag_only(aws, corpus, reference, tmp_path):
+    fs, host = aws
+    _upload_dir(fs, corpus, "flag/corpus")
+    assert "AWS_ENDPOINT_URL" not in os.environ
+    argv = ["s3://bucket/flag/corpus", "s3://bucket/flag/ds", tmp_path]
+    assert _convert(*argv, f"--s3_endpoint_url=http://{host}") == 0
+    assert _tree(fs, "flag/ds") == reference
+    uri = with_endpoint("s3://bucket/flag/ds", f"http://{host}")
+    assert verify_dataset(uri).ok and len(open_dataset(uri)) == ROWS
+
+
+def test_image_folder_from_s3(endpoint, tmp_path):
+    from PIL import Image
+
+    local = tmp_path / "images"
+    for label in ("cat", "dog"):
+        (local / label).mkdir(parents=True)
+        for i in range(6):
+            buffer = io.BytesIO()
+            Image.new("RGB", (8 + i, 8), (i * 40, 0, 0)).save(buffer, format="PNG")
+            (local / label / f"{i}.png").write_bytes(buffer.getvalue())
+    _upload_dir(endpoint, local, "imgs")
+    assert (
+        main(["convert", "s3://bucket/imgs", str(tmp_path / "out"), "--target-shard-size", "1KB"])
+        == 0
+    )
+    ds = open_dataset(tmp_path / "out")
+    assert len(ds) == 12 and sorted(set(ds.read(0, 12)["label"].tolist())) == [0, 1]
+    assert ds.manifest.provenance.source == "imgs"
+
+
+def test_local_only_kinds_say_so(endpoint, tmp_path, capsys):
+    endpoint.create_dir("bucket/tfr")
+    with endpoint.open_output_stream("bucket/tfr/train.tfrecord") as out:
+        out.write(b"x")
+    assert main(["convert", "s3://bucket/tfr", str(tmp_path / "out")]) == 1
+    assert "tfrecord sources are read from local paths" in capsys.readouterr().err
+
+
+def test_failed_upload_leaves_no_manifest_and_a_rerun_completes(
+    endpoint, corpus, reference, tmp_path, monkeypatch
+):
+    fs = endpoint
+    real_copy = object_publish.copy_file
+
+    def fail_on_manifest(source, target, rel, *args, **kwargs):
+        if rel == MANIFEST_PATH:
+            raise OSError("simulated crash before the manifest upload")
+        return real_copy(source, target, rel, *args, **kwargs)
+
+    monkeypatch.setattr(object_publish, "copy_file", fail_on_manifest)
+    assert _convert(str(corpus), "s3://bucket/crash", tmp_path) == 1
+    left = _tree(fs, "crash")
+    assert MANIFEST_PATH not in left and any(k.startswith("data/") for k in left)
+    with pytest.raises(IncompleteDatasetError):
+        open_dataset("s3://bucket/crash")
+    # a killed upload's temporary key and a stale shard of another plan are cleaned up
+    with fs.open_output_stream("bucket/crash/data/chunk-000/.file-000.parquet.tmp-dead") as out:
+        out.write(b"partial")
+    with fs.open_output_stream("bucket/crash/data/chunk-000/file-999.parquet") as out:
+        out.write(b"stale")
+    monkeypatch.setattr(object_publish, "copy_file", real_copy)
+    assert _convert(str(corpus), "s3://bucket/crash", tmp_path) == 0  # no --overwrite needed
+    assert _tree(fs, "crash") == reference
+    assert os.listdir(tmp_path / "scratch") == []
+
+
+def test_overwrite_refused_then_manifest_deleted_first(
+    endpoint, corpus, reference, tmp_path, capsys
+):
+    fs = endpoint
+    assert _convert(str(corpus), "s3://bucket/ow", tmp_path) == 0
+    assert _convert(str(corpus), "s3://bucket/ow", tmp_path) == 1
+    assert "already holds a dataset" in capsys.readouterr().err
+    with fs.open_output_stream("bucket/ow/README.txt") as out:  # not the dataset's: kept
+        out.write(b"mine")
+    recording = _Recording(fs)
+    prepare_remote(Target("bucket/ow", recording), overwrite=True)
+    deleted = [path for op, path in recording.calls if op == "delete_file"]
+    assert deleted[0] == f"bucket/ow/{MANIFEST_PATH}" and len(deleted) == len(reference)
+    assert set(_tree(fs, "ow")) == {"README.txt"}
+    assert _convert(str(corpus), "s3://bucket/ow", tmp_path, "--overwrite") == 0
+    tree = _tree(fs, "ow")
+    assert tree.pop("README.txt") == b"mine" and tree == reference
+
+
+def test_upload_sends_the_manifest_last(endpoint, reference, tmp_path):
+    local = tmp_path / "ds"
+    for rel, data in reference.items():
+        (local / rel).parent.mkdir(parents=True, exist_ok=True)
+        (local / rel).write_bytes(data)
+    recording = _Recording(endpoint)
+    object_publish.upload_dataset(str(local), Target("bucket/order", recording), workers=4)
+    moves = [path for op, path in recording.calls if op == "move"]
+    assert len(moves) == len(reference) and moves[-1] == f"bucket/order/{MANIFEST_PATH}"
+    assert _tree(endpoint, "order") == reference
+
+
+def test_refuses_a_prefix_holding_other_files(endpoint, corpus, tmp_path, capsys):
+    with endpoint.open_output_stream("bucket/busy/notes.txt") as out:
+        out.write(b"x")
+    assert _convert(str(corpus), "s3://bucket/busy", tmp_path) == 1
+    assert "already holds files" in capsys.readouterr().err
+
+
+def test_names_and_endpoints():
+    assert source_name("s3://bucket/a/corpus/?endpoint_override=h:1") == "corpus"
+    assert source_name("s3://bucket") == "bucket"
+    assert source_name("/x/y/") == "y"
+    assert with_endpoint("s3://b/p", "http://127.0.0.1:9") == (
+        "s3://b/p?endpoint_override=127.0.0.1:9&scheme=http"
+    )
+    assert with_endpoint("/local", "http://h:1") == "/local"
+    assert with_endpoint("s3://b/p", None) == "s3://b/p"
+
+
+class _Recording:
+    """A filesystem that records moves and deletes, and passes every call to the real one."""
+
+    def __init__(self, fs: pafs.FileSystem) -> None:
+        self.fs = fs
+        self.calls: list[tuple[str, str]] = []
+
+    def move(self, src: str, dest: str) -> None:
+        self.calls.append(("move", dest))
+        self.fs.move(src, dest)
+
+    def delete_file(self, path: str) -> None:
+        self.calls.append(("delete_file", path))
+        self.fs.delete_file(path)
+
+    def __getattr__(self, name: str):
+        return getattr(self.fs, name)

@@ -54,6 +54,7 @@ from shardfeed.schemas.manifest import (
     Provenance,
     Rejects,
     ShardRecord,
+    SplitRecord,
     compute_fingerprint,
 )
 
@@ -321,6 +322,7 @@ def publish(
     extra_files: Sequence[FileRecord] = (),
     stats: Mapping[str, FeatureStats] | None = None,
     hot_shards: int = 0,
+    splits: Sequence[tuple[str, int]] = (),
     duplicates: Duplicates | None = None,
 ) -> Manifest:
     """Write stats, tasks, episodes, info and the sample index from the shard outcomes, then the
@@ -332,7 +334,9 @@ def publish(
     ``duplicates.jsonl`` comes in ``extra_files``); None without dedup.
 
     ``stats``: the outcomes' stats already merged in shard order (a pipeline's CombineFn did it);
-    by default they are merged here. ``hot_shards``: how many leading shards hold the hot set."""
+    by default they are merged here. ``hot_shards``: how many leading shards hold the hot set.
+    ``splits``: ``(name, shard count)`` per named split, in shard order (``convert --split``);
+    recorded in the manifest and as ``info.json`` ranges (episodes for episodic data, else rows)."""
     outcomes = sorted(outcomes, key=lambda o: o.number)
     if [o.number for o in outcomes] != list(range(len(outcomes))):
         raise ShardfeedError(
@@ -357,9 +361,11 @@ def publish(
         files.append(write_parquet_file(root, episodes_path(0), episodes_table(spec, ordered)))
     shards = tuple(o.record for o in outcomes)
     num_samples = shards[-1].index_end if shards else 0
-    files.append(
-        write_info(root, _info(spec, options, num_samples, len(episodes) if episodic else 0))
-    )
+    split_records = _split_records(shards, splits)
+    info = _info(spec, options, num_samples, len(episodes) if episodic else 0)
+    if split_records:
+        info = dataclasses.replace(info, splits=_info_splits(split_records, outcomes, episodic))
+    files.append(write_info(root, info))
     costs = [o.row_cost for o in outcomes]
     offsets = None
     if get_encoding(options.encoding).framed:
@@ -385,10 +391,43 @@ def publish(
         encoding=options.encoding,
         cost=CostSpec(kind, cost_buckets(np.concatenate(costs) if costs else np.zeros(0))),
         hot_shards=hot_shards,
+        splits=split_records,
         duplicates=duplicates,
     )
     atomic_write_bytes(os.path.join(root, MANIFEST_PATH), manifest.dumps().encode())
     return manifest
+
+
+def _split_records(
+    shards: Sequence[ShardRecord], splits: Sequence[tuple[str, int]]
+) -> tuple[SplitRecord, ...]:
+    """``(name, shard count)`` in order -> the manifest's split records (contiguous shard runs)."""
+    records, first = [], 0
+    for name, count in splits:
+        end = first + count
+        if count < 1 or end > len(shards):
+            raise ShardfeedError(f"split {name!r}: {count} shard(s) from shard {first} do not fit")
+        records.append(
+            SplitRecord(name, shards[first].index_start, shards[end - 1].index_end, first, end)
+        )
+        first = end
+    if splits and first != len(shards):
+        raise ShardfeedError(f"the splits hold {first} of {len(shards)} shards")
+    return tuple(records)
+
+
+def _info_splits(
+    splits: Sequence[SplitRecord], outcomes: Sequence[ShardOutcome], episodic: bool
+) -> dict[str, str]:
+    """LeRobot's ``"start:end"`` per split: episode ranges for episodic data, else row ranges."""
+    if not episodic:
+        return {s.name: f"{s.index_start}:{s.index_end}" for s in splits}
+    ranges, start = {}, 0
+    for split in splits:
+        end = start + sum(len(o.episodes) for o in outcomes[split.shard_start : split.shard_end])
+        ranges[split.name] = f"{start}:{end}"
+        start = end
+    return ranges
 
 
 _PER_ROW = ("row_bytes", "row_cost")  # per-row arrays of an outcome's state (``_encode_sizes``)

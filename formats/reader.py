@@ -36,7 +36,7 @@ from shardfeed.schemas.errors import SchemaError, ShardfeedError
 from shardfeed.schemas.features import FeatureSpec
 from shardfeed.schemas.info import Info
 from shardfeed.schemas.locations import LOCATIONS_PATH, Locations
-from shardfeed.schemas.manifest import MANIFEST_PATH, Manifest, ShardRecord
+from shardfeed.schemas.manifest import MANIFEST_PATH, Manifest, ShardRecord, SplitRecord
 from shardfeed.schemas.sidecar import DatasetRef
 
 Batch = dict[str, np.ndarray]
@@ -206,6 +206,12 @@ class Dataset:
     @property
     def shards(self) -> tuple[ShardRecord, ...]:
         return self.manifest.shards
+
+    def split(self, name: str) -> SplitRecord:
+        """The named split (``convert --split``): its rows ``[index_start, index_end)`` and
+        shards ``[shard_start, shard_end)``; ``ShardLoader(..., split=name)`` reads only it.
+        An unknown name is a ValueError naming the splits."""
+        return self.manifest.split(name)
 
     def locate(self, index: int) -> tuple[int, int, int]:
         """(shard, row group, row within group) of a global index, by two binary searches."""

@@ -54,10 +54,19 @@ class GraphConfig:
     dst: str
     seed: int
     options: DatasetOptions
+    #: one named split of ``convert --split``: its work dir is ``WORK_DIR/split-NAME``, and its
+    #: shards, rows and episodes are numbered on from the previous splits'
+    split: str | None = None
+    shard_offset: int = 0
+    row_offset: int = 0
+    unit_offset: int = 0
     work: str = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "work", os.path.join(self.dst, WORK_DIR))
+        work = os.path.join(self.dst, WORK_DIR)
+        if self.split is not None:
+            work = os.path.join(work, f"split-{self.split}")
+        object.__setattr__(self, "work", work)
 
     def sidecar(self, number: int, *, previous: bool = False) -> str:
         """Work path of shard ``number``'s JSON sidecar (its outcome and the digest of its inputs);
@@ -138,8 +147,11 @@ def write_planned_shard(
 ) -> tuple[int, StatsState]:
     """(shard number, units) -> the shard file under DST plus its JSON sidecar; returns the shard's
     number and stats, for :class:`~shardfeed.pipelines.stats_combine.MergeShardStats`."""
-    number, parts = item
+    local, parts = item  # the shard's number in this plan; a split's shards number on
+    number = config.shard_offset + local
     plan = load_plan(config.work)
+    row_start = config.row_offset + plan.row_start[local]
+    unit_start = config.unit_offset + plan.unit_start[local]
     units = [KeyedUnit.from_tuple(unit) for part in parts for unit in part]
     # shuffled: by stable key; source order: files() is sorted, so (file, position) is source order
     shuffled = isinstance(plan, ShardPlan)
@@ -147,16 +159,14 @@ def write_planned_shard(
         units, key=KeyedUnit.sort_key if shuffled else lambda u: (u.ref.file, u.ref.position)
     )
     sidecar = config.sidecar(number)
-    inputs = shard_inputs_digest(number, ordered, source, spec, plan, config)
+    inputs = shard_inputs_digest(local, ordered, source, spec, plan, config)
     reused = reusable_outcome(config.dst, config.sidecar(number, previous=True), inputs)
     if reused is not None:  # an interrupted run already wrote exactly this shard
         _write_sidecar(sidecar, inputs, reused)
         beam.metrics.Metrics.counter("shardfeed", "shards_reused").inc()
         return number, _stats_state(reused)
     table = source.read([u.ref for u in ordered], spec)
-    table = renumber(
-        table, spec, [u.ref.rows for u in ordered], plan.row_start[number], plan.unit_start[number]
-    )
+    table = renumber(table, spec, [u.ref.rows for u in ordered], row_start, unit_start)
     episodic = "episode_index" in spec
     outcome = build_shard(
         config.dst,
@@ -164,7 +174,7 @@ def write_planned_shard(
         table,
         spec,
         config.options,
-        index_start=plan.row_start[number],
+        index_start=row_start,
         source_episode_ids=[u.ref.position for u in ordered] if episodic else None,
     )
     outcome = add_videos(outcome, config.dst, source, [u.ref for u in ordered])  # MP4s, if any
@@ -193,12 +203,12 @@ def shard_inputs_digest(
 ) -> str:
     """sha256 of everything a shard's bytes depend on: its units in order (with their content
     hashes), the media files it cuts videos from, where its rows and episodes start, the spec and
-    the dataset options."""
+    the dataset options. ``number`` is the shard's number in ``plan`` (a split's offsets apply)."""
     h = hashlib.sha256()
     head = {
-        "number": number,
-        "row_start": int(plan.row_start[number]),
-        "unit_start": int(plan.unit_start[number]),
+        "number": config.shard_offset + number,
+        "row_start": config.row_offset + int(plan.row_start[number]),
+        "unit_start": config.unit_offset + int(plan.unit_start[number]),
         "spec": spec.to_json(),
         "options": dataclasses.asdict(config.options),
     }

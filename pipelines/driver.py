@@ -79,6 +79,8 @@ class ConvertConfig:
     overwrite: bool = False
     progress: bool = False  # force the progress line even when stderr is not a terminal
     source_options: dict[str, Any] = field(default_factory=dict)
+    #: ``convert --split NAME=SRC``: (name, source) per split, in order; ``src`` is then unused
+    splits: tuple[tuple[str, str], ...] = ()
 
     def image_policy(self) -> ImagePolicy:
         return ImagePolicy(self.validate, self.image_format, self.max_image_side)
@@ -109,6 +111,7 @@ class ConvertConfig:
             **self.image_policy().content_options(),
             **self.source_options,
             **hot,
+            **({"splits": [name for name, _ in self.splits]} if self.splits else {}),
             **({"dedup": True} if self.dedup else {}),
         }
 
@@ -152,6 +155,10 @@ class ConvertSummary:
 
 def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> ConvertSummary:
     """Convert ``config.src`` into a published dataset at ``config.dst`` (raises on failure)."""
+    if config.splits:  # one dataset of named splits (pipelines/splits.py)
+        from shardfeed.pipelines.splits import run_split_convert
+
+        return run_split_convert(config, beam_args)
     started = time.monotonic()
     clock = _PhaseClock(started)
     hot = config.hot_settings()  # checked before anything is written

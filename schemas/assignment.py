@@ -158,6 +158,8 @@ class AssignmentHeader(JsonDocument):
     table: TableRecord
     resumed_from: ResumeRecord | None = None
     format_version: str = FORMAT_VERSION
+    #: the named split planned (``assign --split``), None for the whole dataset
+    split: str | None = None
 
     def __post_init__(self) -> None:
         numbers = [e.epoch for e in self.epochs]
@@ -186,6 +188,7 @@ class AssignmentHeader(JsonDocument):
             "epochs": [e.to_json() for e in self.epochs],
             "table": self.table.to_json(),
             "resumed_from": None if self.resumed_from is None else self.resumed_from.to_json(),
+            **({"split": self.split} if self.split is not None else {}),  # only when set
         }
 
     @classmethod
@@ -209,4 +212,5 @@ class AssignmentHeader(JsonDocument):
             resumed_from=None
             if resumed is None
             else ResumeRecord.from_json(resumed, "resumed_from"),
+            split=get(obj, "split", str, "", optional=True),
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -220,6 +221,56 @@ class CostSpec:
         )
 
 
+SPLIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", re.ASCII)
+
+
+def check_split_name(name: str, field_: str = "splits") -> str:
+    """A split name: 1-100 of A-Z a-z 0-9 . _ -, starting with a letter or digit."""
+    if not isinstance(name, str) or not SPLIT_NAME.fullmatch(name):
+        raise SchemaError(
+            field_,
+            f"{name!r} is not a valid split name (1-100 of A-Z a-z 0-9 . _ -, "
+            "starting with a letter or digit)",
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class SplitRecord:
+    """A named split (``convert --split NAME=SRC``): global rows ``[index_start, index_end)``,
+    held by exactly the shards ``[shard_start, shard_end)`` (manifest positions)."""
+
+    name: str
+    index_start: int
+    index_end: int
+    shard_start: int
+    shard_end: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index_start": self.index_start,
+            "index_end": self.index_end,
+            "shards": [self.shard_start, self.shard_end],
+        }
+
+    @classmethod
+    def from_json(cls, name: str, obj: Any, where: str) -> SplitRecord:
+        obj = require_object(obj, where)
+        unknown = sorted(set(obj) - {"index_start", "index_end", "shards"})
+        if unknown:
+            raise SchemaError(f"{where}.{unknown[0]}", "is not a split field")
+        shards = get(obj, "shards", list, where)
+        if len(shards) != 2:
+            raise SchemaError(f"{where}.shards", f"expected [first, end), got {shards!r:.60}")
+        return cls(
+            name=check_split_name(name, where),
+            index_start=count(obj, "index_start", where),
+            index_end=count(obj, "index_end", where),
+            shard_start=item_count(shards[0], f"{where}.shards[0]"),
+            shard_end=item_count(shards[1], f"{where}.shards[1]"),
+        )
+
+
 @dataclass(frozen=True)
 class Manifest:
     num_samples: int
@@ -233,6 +284,8 @@ class Manifest:
     #: the first ``hot_shards`` shards hold exactly the hot set (``convert --hot-weights``)
     hot_shards: int = 0
     cost: CostSpec | None = None
+    #: named splits in order, tiling the shards (``convert --split``); empty without splits
+    splits: tuple[SplitRecord, ...] = ()
     #: ``convert --dedup``: the later exact copies left out; None when dedup was not asked for
     duplicates: Duplicates | None = None
 
@@ -260,6 +313,47 @@ class Manifest:
             if rec.path in paths:
                 raise SchemaError(f"files[{i}].path", f"duplicate path {rec.path!r}")
             paths.add(rec.path)
+        self._check_splits()
+
+    def _check_splits(self) -> None:
+        """Splits tile the shards in order, each a non-empty run of whole shards."""
+        if not self.splits:
+            return
+        names = [s.name for s in self.splits]
+        if len(set(names)) != len(names):
+            raise SchemaError("splits", f"split names repeat: {names}")
+        shard = 0
+        for split in self.splits:
+            where = f"splits.{split.name}"
+            if split.shard_start != shard or split.shard_end <= split.shard_start:
+                raise SchemaError(
+                    f"{where}.shards",
+                    f"[{split.shard_start}, {split.shard_end}) must be a non-empty run of shards "
+                    f"starting at {shard} (splits tile the shards in order)",
+                )
+            if split.shard_end > len(self.shards):
+                raise SchemaError(f"{where}.shards", f"ends past the {len(self.shards)} shards")
+            first, last = self.shards[split.shard_start], self.shards[split.shard_end - 1]
+            if (split.index_start, split.index_end) != (first.index_start, last.index_end):
+                raise SchemaError(
+                    f"{where}.index_start",
+                    f"[{split.index_start}, {split.index_end}) is not its shards' range "
+                    f"[{first.index_start}, {last.index_end})",
+                )
+            shard = split.shard_end
+        if shard != len(self.shards):
+            raise SchemaError("splits", f"cover {shard} of {len(self.shards)} shards")
+
+    def split(self, name: str) -> SplitRecord:
+        """The split called ``name``; a clear error naming the splits there are."""
+        for split in self.splits:
+            if split.name == name:
+                return split
+        have = [s.name for s in self.splits]
+        raise ValueError(
+            f"the dataset has no split {name!r}; "
+            + (f"its splits are {have}" if have else "it has no named splits")
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -274,6 +368,7 @@ class Manifest:
             # optional keys appear only when set, so older manifests keep their bytes
             **({"hot_shards": self.hot_shards} if self.hot_shards else {}),
             **({"cost": self.cost.to_json()} if self.cost is not None else {}),
+            **({"splits": {s.name: s.to_json() for s in self.splits}} if self.splits else {}),
             **({"duplicates": self.duplicates.to_json()} if self.duplicates is not None else {}),
         }
 
@@ -315,6 +410,10 @@ class Manifest:
             provenance=Provenance.from_json(get(obj, "provenance", dict, "")),
             hot_shards=count(obj, "hot_shards", "") if "hot_shards" in obj else 0,
             cost=CostSpec.from_json(obj["cost"]) if "cost" in obj else None,
+            splits=tuple(
+                SplitRecord.from_json(name, value, f"splits.{name}")
+                for name, value in get(obj, "splits", dict, "", optional=True, default={}).items()
+            ),
             duplicates=Duplicates.from_json(obj["duplicates"]) if "duplicates" in obj else None,
         )
 

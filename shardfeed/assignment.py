@@ -154,23 +154,25 @@ def plan_assignment(
     block_rows: int | None = None,
     name: str = "default",
     progress: Callable[[int], None] | None = None,
+    split: str | None = None,
 ) -> Assignment:
-    """Plan ``epochs`` epochs for ``world`` in memory (``save()`` writes it)."""
+    """Plan ``epochs`` epochs for ``world`` in memory (``save()`` writes it); ``split``: only
+    the rows of that named split (``convert --split``), recorded in the header."""
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
     if seed < 0:
         raise ValueError(f"seed must be >= 0, got {seed}")
     source = DatasetSource.of(dataset)
     policy = Policy(mode, batch_size, block_rows, seed)
+    sequence = source.sequence(split)
     row_bytes = source.row_bytes()
-    sequence = Spans.whole_shards(np.diff(row_bytes.offsets))
     homes, _ = plan_homes(sequence, row_bytes, world, policy)
     plans = []
     for epoch in range(epochs):
         plans.append(plan_epoch(sequence, row_bytes, world, policy, epoch, homes))
         if progress:
             progress(epoch)
-    return _assemble(check_name(name), world, policy, source, plans, resumed_from=None)
+    return _assemble(check_name(name), world, policy, source, plans, resumed_from=None, split=split)
 
 
 def assign(
@@ -236,7 +238,15 @@ def resume(
     )
     origin = ResumeRecord(assignment.name, epoch, samples_seen_global, _world_record(old))
     name = check_name(name or f"{assignment.name}.resume-{epoch}-{samples_seen_global}")
-    return _assemble(name, new_world, assignment.policy, source, [rest], resumed_from=origin)
+    return _assemble(
+        name,
+        new_world,
+        assignment.policy,
+        source,
+        [rest],
+        resumed_from=origin,
+        split=assignment.header.split,
+    )
 
 
 def _assemble(
@@ -246,6 +256,7 @@ def _assemble(
     source: DatasetSource,
     plans: Sequence[EpochPlan],
     resumed_from: ResumeRecord | None,
+    split: str | None = None,
 ) -> Assignment:
     columns = {
         "epoch": np.concatenate([np.full(len(p), p.epoch, dtype=np.int32) for p in plans]),
@@ -269,6 +280,7 @@ def _assemble(
         ),
         table=TableRecord(f"{name}.parquet", len(columns["epoch"]), 0, "0" * 64),
         resumed_from=resumed_from,
+        split=split,
     )
     return Assignment(header, columns, source)
 

@@ -10,7 +10,7 @@ import numpy as np
 from shardfeed.formats.reader import Dataset, load_manifest
 from shardfeed.formats.sample_index import read_sample_bytes
 from shardfeed.formats.storage import Location, locate
-from shardfeed.planning.spans import RowBytes
+from shardfeed.planning.spans import RowBytes, Spans
 from shardfeed.schemas.manifest import Manifest
 from shardfeed.schemas.sidecar import DatasetRef
 
@@ -37,3 +37,13 @@ class DatasetSource:
         """Every sample's payload bytes, from ``meta/shardfeed/samples.parquet``."""
         rows = np.array([s.rows for s in self.manifest.shards], dtype=np.int64)
         return RowBytes.from_sizes(read_sample_bytes(self.location, self.manifest), rows)
+
+    def sequence(self, split: str | None = None) -> Spans:
+        """Every row of every shard, in shard order; with ``split``, only the shards of that
+        named split (``convert --split``). An unknown split is a ValueError naming the splits."""
+        rows = np.array([s.rows for s in self.manifest.shards], dtype=np.int64)
+        whole = Spans.whole_shards(rows)
+        if split is None:
+            return whole
+        record = self.manifest.split(split)
+        return whole.take(np.arange(record.shard_start, record.shard_end))

@@ -55,11 +55,32 @@ def dataset_summary(manifest: Manifest, info: Info) -> dict[str, Any]:
         },
         "rejects": manifest.rejects.to_json(),
         **({"duplicates": manifest.duplicates.to_json()} if manifest.duplicates else {}),
+        **({"splits": _splits(manifest, info)} if manifest.splits else {}),
         "fingerprint": manifest.fingerprint,
         "encoding": manifest.encoding,
         "format_version": manifest.format_version,
         "provenance": manifest.provenance.to_json(),
     }
+
+
+def _splits(manifest: Manifest, info: Info) -> dict[str, Any]:
+    """Per named split: its rows, shards, ``info.json`` range and shard balance."""
+    out = {}
+    for split in manifest.splits:
+        shards = manifest.shards[split.shard_start : split.shard_end]
+        out[split.name] = {
+            "index_start": split.index_start,
+            "index_end": split.index_end,
+            "rows": split.index_end - split.index_start,
+            "shards": [split.shard_start, split.shard_end],
+            "info_range": info.splits.get(split.name),
+            "bytes": sum(s.bytes for s in shards),
+            "bytes_max_over_mean": round(max_over_mean([s.bytes for s in shards]), 4),
+            "payload_bytes_max_over_mean": round(
+                max_over_mean([s.payload_bytes for s in shards]), 4
+            ),
+        }
+    return out
 
 
 def staging_summary(manifest: Manifest, locations: Locations) -> dict[str, Any]:

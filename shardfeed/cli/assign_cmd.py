@@ -61,6 +61,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "faster, smaller shuffles better (default: about 4 MiB of payload; capped so every "
         "rank gets at least 64 blocks)",
     )
+    parser.add_argument(
+        "--split",
+        metavar="NAME",
+        help="plan only the shards of this named split (datasets made with convert --split)",
+    )
     parser.add_argument("--name", required=True, help="assignment name (A-Z a-z 0-9 . _ -)")
     parser.add_argument(
         "--overwrite", action="store_true", help="replace an assignment of the same name"
@@ -90,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
     if args.resume_from:
         if args.resume_epoch is None or args.samples_seen is None:
             return fail("--resume-from needs --resume-epoch and --samples-seen", EXIT_USAGE)
+        if args.split is not None:
+            return fail("--split does not apply to --resume-from (it keeps its split)", EXIT_USAGE)
         origin = load_assignment(args.dataset, args.resume_from)
         planned = resume(origin, args.resume_epoch, args.samples_seen, world, name=args.name)
     else:
@@ -109,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
             block_rows=args.block_rows,
             name=args.name,
             progress=progress,
+            split=args.split,
         )
         if sys.stderr.isatty():
             sys.stderr.write("\n")
@@ -128,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"assignment {h.name}: {h.world.nodes} nodes x {h.world.gpus_per_node} GPUs x "
         f"{h.world.workers} workers, mode {h.policy.mode}, seed {h.seed}"
+        + (f", split {h.split}" if h.split is not None else "")
         + (
             f", resumed from {h.resumed_from.name} epoch {h.resumed_from.epoch}"
             if h.resumed_from

@@ -8,7 +8,8 @@ import logging
 import sys
 
 from shardfeed import BEAM_INSTALL_HINT
-from shardfeed.cli._common import EXIT_FAILED, EXIT_OK, fail, print_json
+from shardfeed.cli._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, fail, print_json
+from shardfeed.schemas.manifest import SPLIT_NAME
 from shardfeed.schemas.units import format_size, parse_size
 
 
@@ -24,8 +25,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "--direct_num_workers=2, or --runner=dask."
         ),
     )
-    parser.add_argument("src", help="source file or directory")
+    parser.add_argument("src", nargs="?", help="source file or directory (omitted with --split)")
     parser.add_argument("dst", help="output dataset directory")
+    parser.add_argument(
+        "--split",
+        action="append",
+        default=[],
+        metavar="NAME=SRC",
+        help="a named split from its own source, instead of SRC; repeat for each split, in "
+        "order (e.g. --split train=raw/train --split eval=raw/eval). Each split is shuffled, "
+        "planned and balanced by itself, so no shard mixes splits",
+    )
     parser.add_argument(
         "--from",
         dest="kind",
@@ -180,6 +190,18 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         if "apache_beam" in str(err) or "shardfeed[beam]" in str(err):
             return fail(BEAM_INSTALL_HINT)
         raise
+    try:
+        splits = parse_splits(args.split)
+    except ValueError as err:
+        return fail(str(err), EXIT_USAGE)
+    if splits and args.src is not None:
+        return fail(
+            f"--split NAME=SRC replaces the positional SRC; got both {args.src!r} and --split "
+            "(give only DST after the --split options)",
+            EXIT_USAGE,
+        )
+    if not splits and args.src is None:
+        return fail("convert needs SRC and DST, or --split NAME=SRC ... and DST", EXIT_USAGE)
     source_options = {}
     if args.drop_videos:
         source_options["drop_videos"] = True
@@ -190,7 +212,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     if args.shard_format != "tfrecord" and args.tfrecord_compression != "none":
         return fail("--tfrecord-compression needs --format tfrecord")
     config = ConvertConfig(
-        src=args.src,
+        src=args.src or "",
         dst=args.dst,
         kind=args.kind,
         target_shard_bytes=args.target_shard_size,
@@ -208,6 +230,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         overwrite=args.overwrite,
         progress=args.progress,
         source_options=source_options,
+        splits=splits,
     )
     try:
         with dask_args(beam_args, args.dask_address, args.dask_local_workers) as runner_args:
@@ -235,6 +258,26 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         for note in s["notes"]:
             print(f"  note      {note}")
     return EXIT_OK if summary.published else EXIT_FAILED
+
+
+def parse_splits(values: list[str]) -> tuple[tuple[str, str], ...]:
+    """``--split NAME=SRC`` values -> ``(name, src)`` in order; ValueError names a bad one."""
+    splits = []
+    for value in values:
+        name, sep, src = value.partition("=")
+        if not sep or not src:
+            raise ValueError(f"--split expects NAME=SRC, got {value!r}")
+        if not SPLIT_NAME.fullmatch(name):
+            raise ValueError(
+                f"--split {value!r}: {name!r} is not a valid split name (1-100 of A-Z a-z 0-9 "
+                ". _ -, starting with a letter or digit)"
+            )
+        splits.append((name, src))
+    names = [name for name, _ in splits]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(f"--split names must be distinct; {repeated} given more than once")
+    return tuple(splits)
 
 
 def shard_encoding(shard_format: str, compression: str) -> str:

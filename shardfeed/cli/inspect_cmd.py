@@ -113,6 +113,15 @@ def render(name: str, s: dict, shards, limit: int, staged: dict | None = None) -
     for fname, feat in s["features"].items():
         note = "" if feat["stored"] else "  (in videos/, no data column)"
         lines.append(f"  {fname:<{width}}  {feat['dtype']:<8} {feat['shape']}{note}")
+    if s.get("splits"):
+        lines += ["", "splits (info.json range; shards [first, end); bytes max/mean)"]
+        w = max(map(len, s["splits"]))
+        for split_name, sp in s["splits"].items():
+            lines.append(
+                f"  {split_name:<{w}}  rows [{sp['index_start']}, {sp['index_end']}) {sp['rows']:,}"
+                f"  info {sp['info_range']}  shards [{sp['shards'][0]}, {sp['shards'][1]})"
+                f"  {format_size(sp['bytes'])}  balance {sp['bytes_max_over_mean']:.4f}"
+            )
     if staged is not None:
         lines += _render_tiers(staged["tiers"])
     shown = shards if limit < 0 else shards[:limit]

@@ -1,0 +1,242 @@
+"""``convert --split NAME=SRC ... DST``: one dataset whose named splits are contiguous runs of shards.
+
+Each split runs the ordinary conversion graph (:class:`~shardfeed.pipelines.convert.ConvertFiles`)
+on its own source, in its own work dir (``.shardfeed-work/split-NAME``): its units are scanned,
+shuffled, planned and balanced by themselves, so no shard mixes splits. The splits run one after
+another because each numbers its shards, rows and episodes on from the previous splits'
+(``GraphConfig.shard_offset``, ``row_offset``, ``unit_offset``). A schema-inferring source (JSONL,
+Parquet, ...) infers one schema over every split's files first. The driver then publishes one
+dataset from all the shards, in split order, recording each split's range in ``info.json`` and the
+manifest (``publish(..., splits=...)``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections import Counter
+from collections.abc import Sequence
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from shardfeed.formats.cost import resolve_cost_kind
+from shardfeed.formats.publish import DatasetOptions, ShardOutcome, prepare_root, publish
+from shardfeed.formats.sources import detect_kind, open_source
+from shardfeed.pipelines.convert import ConvertFiles, GraphConfig, InferSchema
+from shardfeed.pipelines.driver import (
+    ConvertConfig,
+    ConvertSummary,
+    TooManyRejectsError,
+    _keep_finished_shards,
+    _merge_inferred,
+    _move_rejects,
+    _only_leftovers,
+    _PhaseClock,
+    _read_outcomes,
+    _remove_unplanned,
+    _run,
+)
+from shardfeed.pipelines.plan_stage import PlanSettings, read_plan_info
+from shardfeed.pipelines.progress import WorkDirProgress
+from shardfeed.schemas.errors import SchemaError, ShardfeedError
+from shardfeed.schemas.manifest import Rejects, check_split_name
+
+
+def check_splits(splits: Sequence[tuple[str, str]]) -> None:
+    """Valid, distinct split names, each with its own source."""
+    names = [name for name, _ in splits]
+    for name in names:
+        try:
+            check_split_name(name, "--split")
+        except SchemaError as err:
+            raise ShardfeedError(str(err)) from None
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ShardfeedError(f"--split names must be distinct; {repeated} given more than once")
+    sources = [os.path.abspath(src).rstrip("/") for _, src in splits]
+    shared = sorted({s for s in sources if sources.count(s) > 1})
+    if shared:
+        raise ShardfeedError(f"each --split needs its own SRC; {shared} is given twice")
+
+
+def run_split_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> ConvertSummary:
+    """Convert every ``config.splits`` source into one published dataset at ``config.dst``."""
+    started = time.monotonic()
+    clock = _PhaseClock(started)
+    check_splits(config.splits)
+    if config.hot_weights is not None:
+        raise ShardfeedError("--hot-weights cannot be combined with --split")
+    if config.dedup:
+        raise ShardfeedError("--dedup cannot be combined with --split yet")
+    if any("://" in path for path in (config.dst, *(src for _, src in config.splits))):
+        raise ShardfeedError("--split works on local paths only (no s3:// SRC or DST yet)")
+    names = [name for name, _ in config.splits]
+    kind = config.kind
+    if kind is None:
+        kinds = {name: detect_kind(src) for name, src in config.splits}
+        if len(set(kinds.values())) > 1:
+            raise ShardfeedError(
+                f"the splits are of different kinds {kinds}; one dataset needs one (or pass --from)"
+            )
+        kind = kinds[names[0]]
+    media = (
+        {"media_hook": config.image_policy()}
+        if kind in ("imagefolder", "parquet", "webdataset")
+        else {}
+    )
+    sources = [open_source(src, kind, **media, **config.source_options) for _, src in config.splits]
+    metas = [source.meta() for source in sources]
+    meta = metas[0]
+    for name, other in zip(names[1:], metas[1:], strict=True):
+        if (other.tasks, other.fps, other.robot_type) != (meta.tasks, meta.fps, meta.robot_type):
+            raise ShardfeedError(
+                f"split {name!r}: its tasks, fps or robot type differ from split {names[0]!r}'s; "
+                "the splits of one dataset share them"
+            )
+    dst = os.path.abspath(config.dst)
+    takeover = _only_leftovers(dst) and not config.overwrite
+    if not takeover:
+        prepare_root(dst, config.overwrite)
+    options = DatasetOptions(
+        tasks=meta.tasks,
+        fps=meta.fps,
+        robot_type=meta.robot_type,
+        target_shard_bytes=config.target_shard_bytes,
+        row_group_bytes=config.row_group_bytes,
+        encoding=config.encoding,
+        source=",".join(
+            f"{name}={os.path.basename(os.path.abspath(src).rstrip('/'))}"
+            for name, src in config.splits
+        ),
+        content_options=config.content_options(kind),
+        cost=config.cost,
+    )
+    seed = config.shuffle_seed or 0
+    top = GraphConfig(dst=dst, seed=seed, options=options)
+    if takeover:
+        _keep_finished_shards(dst, top.work)  # split sidecars are not reused; shards are rewritten
+    else:
+        shutil.rmtree(top.work, ignore_errors=True)
+    files = [source.files() for source in sources]
+    pipeline_options = PipelineOptions(list(beam_args))
+    clock.mark("open")
+
+    # 0. one schema over every split's files (one pipeline, a branch per split)
+    inferred = None
+    if hasattr(sources[0], "infer"):
+        graphs = [GraphConfig(dst=dst, seed=seed, options=options, split=n) for n in names]
+
+        def infer_all(p: beam.Pipeline) -> None:
+            for name, source, graph, split_files in zip(names, sources, graphs, files, strict=True):
+                _ = (
+                    p
+                    | f"ListFiles[{name}]" >> beam.Create(split_files)
+                    | f"InferSchema[{name}]" >> InferSchema(source, graph)
+                )
+
+        _run(pipeline_options, infer_all)
+        for source, graph, split_files in zip(sources, graphs, files, strict=True):
+            part = _merge_inferred(source, graph, split_files)
+            if part is not None:
+                inferred = part if inferred is None else type(source).merge_inferred(inferred, part)
+        clock.mark("infer")
+    spec = sources[0].spec(inferred)
+    for name, source in zip(names[1:], sources[1:], strict=True):
+        if source.spec(inferred).to_json() != spec.to_json():
+            raise ShardfeedError(
+                f"split {name!r}: its features differ from split {names[0]!r}'s; "
+                "the splits of one dataset share one schema"
+            )
+    resolve_cost_kind(spec, config.cost)
+
+    settings = PlanSettings(
+        config.target_shard_bytes, config.shuffle_seed is not None, config.max_reject_fraction
+    )
+    outcomes: list[ShardOutcome] = []
+    shard_counts: list[tuple[str, int]] = []
+    rejects: Counter[str] = Counter()
+    extra = []
+    phases = {"scan": 0.0, "plan": 0.0, "write": 0.0}
+    rows = units = 0
+    for name, source, split_files in zip(names, sources, files, strict=True):
+        graph = GraphConfig(
+            dst=dst,
+            seed=seed,
+            options=options,
+            split=name,
+            shard_offset=len(outcomes),
+            row_offset=rows,
+            unit_offset=units,
+        )
+        for leftover in ("shards", "units", "totals", "rejects", "hot"):  # keep the infer parts
+            shutil.rmtree(os.path.join(graph.work, leftover), ignore_errors=True)
+        pipeline_started = time.time()
+        with WorkDirProgress(graph.work, len(split_files), force=config.progress):
+            _run(
+                pipeline_options,
+                lambda p, source=source, graph=graph, split_files=split_files: (
+                    p
+                    | "ListFiles" >> beam.Create(split_files)
+                    | "Convert" >> ConvertFiles(source, spec, graph, settings)
+                ),
+            )
+        planned = read_plan_info(graph.work)
+        if planned is None:
+            raise ShardfeedError(
+                f"split {name!r}: the runner finished without planning any shard; nothing was published"
+            )
+        phases["scan"] += max(0.0, planned.started - pipeline_started)
+        phases["plan"] += max(0.0, planned.finished - planned.started)
+        phases["write"] += max(0.0, time.time() - planned.finished)
+        if planned.too_many_rejects:
+            total = planned.planned_units + planned.rejected_units
+            raise TooManyRejectsError(
+                f"split {name!r}: {planned.rejected_units} of {total} records rejected "
+                f"({planned.rejected_units / total:.2%}) exceeds --max-reject-fraction "
+                f"{config.max_reject_fraction:.2%}; nothing was published. "
+                f"Reasons: {planned.reject_counts}. Reject details are in {graph.work}/rejects/"
+            )
+        written = _read_outcomes(graph.work)
+        if len(written) != planned.num_shards:
+            raise ShardfeedError(
+                f"split {name!r}: the runner wrote {len(written)} of {planned.num_shards} planned "
+                "shards; nothing was published"
+            )
+        if not written:
+            raise ShardfeedError(f"split {name!r} holds no samples; every split needs some")
+        outcomes.extend(written)
+        shard_counts.append((name, len(written)))
+        rows += sum(o.record.rows for o in written)
+        units += planned.planned_units
+        rejects.update(planned.reject_counts)
+        extra.extend(_move_rejects(dst, graph.work, planned.reject_files))
+    clock.split(*phases.items())
+    _remove_unplanned(dst, outcomes)
+    reject_counts = dict(sorted(rejects.items()))
+    rejected = sum(reject_counts.values())
+    publish(
+        dst,
+        spec,
+        outcomes,
+        options,
+        rejects=Rejects(rejected, reject_counts),
+        extra_files=extra,
+        splits=shard_counts,  # stats merge here, in shard order, over every split's shards
+    )
+    shutil.rmtree(top.work, ignore_errors=True)
+    clock.mark("publish")
+    return ConvertSummary(
+        dst=dst,
+        samples_in=rows + rejected,
+        samples_out=rows,
+        shards=len(outcomes),
+        rejects=reject_counts,
+        payload_bytes=sum(o.record.payload_bytes for o in outcomes),
+        bytes=sum(o.record.bytes for o in outcomes),
+        seconds=time.monotonic() - started,
+        notes=list(meta.notes),
+        published=True,
+        phases=clock.phases,
+    )

@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from shardfeed.schemas.errors import SchemaError
 from shardfeed.schemas.features import NUMERIC_DTYPES, Feature, FeatureSpec
@@ -111,6 +110,8 @@ def _reshaped(column: pa.ChunkedArray, feature: Feature) -> pa.Array | None:
         return None
     if pa.types.is_list(atype.value_type) or pa.types.is_fixed_size_list(atype.value_type):
         return None
+    import pyarrow.compute as pc  # only here: it costs ~50 ms to import
+
     lengths = pc.list_value_length(array).to_numpy()
     if not (lengths == feature.num_elements).all():
         return None

@@ -190,6 +190,7 @@ class Dataset:
         self._handles: dict[int, Any] = {}
         self._served: dict[int, str] = {}  # shard -> tier its open file is on (SOURCE: the dataset)
         self._served_location: dict[int, Location] = {}
+        self._served_path: dict[int, str] = {}  # local shards: the checked path of the open copy
         self._rejected: dict[int, set[str]] = {}  # shard -> tiers whose copy failed a check
         self._cache: OrderedDict[tuple[int, int, tuple[str, ...]], pa.Table] = OrderedDict()
         self._schema = self.features.arrow_schema()
@@ -299,11 +300,11 @@ class Dataset:
         """``(path, start, end)``: the local file and byte range row group ``group`` of ``shard``
         is read from, or None when the shard is served from an object store."""
         shard_file = self._open(shard)
-        location = self._served_location[shard]
-        if not location.is_local:
+        path = self._served_path.get(shard)
+        if path is None:
             return None
         start, end = shard_file.group_extent(group)
-        return location.path(self.shards[shard].path), start, end
+        return path, start, end
 
     def read_row_group(
         self, shard: int, group: int, columns: Sequence[str] | None = None
@@ -492,7 +493,7 @@ class Dataset:
             )
         handle = None
         if location.is_local:
-            source: Any = location.path(record.path, field)
+            source: Any = location.path(record.path, field)  # checked once per open
         else:
             source = handle = location.open_input(record.path, field)
         try:
@@ -506,6 +507,8 @@ class Dataset:
         self._files[shard] = shard_file
         self._served[shard] = tier
         self._served_location[shard] = location
+        if location.is_local:
+            self._served_path[shard] = source
         return shard_file
 
     def _checked(self, shard: int, source: Any) -> ShardFile:
@@ -549,6 +552,7 @@ class Dataset:
         self._files.pop(shard, None)
         self._served.pop(shard, None)
         self._served_location.pop(shard, None)
+        self._served_path.pop(shard, None)
 
     def close(self) -> None:
         for handle in self._handles.values():
@@ -557,6 +561,7 @@ class Dataset:
         self._files.clear()
         self._served.clear()
         self._served_location.clear()
+        self._served_path.clear()
         self._rejected.clear()
         self._cache.clear()
 

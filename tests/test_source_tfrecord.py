@@ -117,3 +117,14 @@ def test_the_real_chicago_taxi_corpus(tmp_path):
     assert len(present) == 1 and present[0] in tracts.tolist()
     fares = np.array([e["fare"][1][0] if len(e["fare"][1]) else np.nan for e in direct], np.float32)
     np.testing.assert_array_equal(np.sort(rows["fare"].astype(np.float32)), np.sort(fares))
+
+
+def test_a_link_leading_outside_the_root_is_a_reject(corpus, tmp_path):
+    outside = tmp_path / "outside.tfrecord"
+    write_records(outside, [example(i) for i in range(3)])
+    (corpus / "escape.tfrecord").symlink_to(outside)
+    dst = tmp_path / "ds"
+    assert main(["convert", str(corpus), str(dst), "--max-reject-fraction", "0.5"]) == 0
+    ds = open_dataset(dst)
+    rejects = list(iter_rejects(ds.location, ds.manifest))
+    assert [r.source for r in rejects if r.reason == "path_escape"] == ["escape.tfrecord"]

@@ -28,7 +28,6 @@ import contextlib
 import gzip
 import json
 import os
-import posixpath
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,13 +35,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.fs as pafs
 import zstandard
 
 from shardfeed.formats.columns import conform
 from shardfeed.formats.sources import json_text
 from shardfeed.formats.sources.base import DatasetMeta, ScanResult, UnitRef, content_digest
-from shardfeed.formats.storage import Location, locate
+from shardfeed.formats.sources.listing import list_files, source_root
 from shardfeed.schemas.errors import ShardfeedError, UnsafePathError
 from shardfeed.schemas.features import Feature, FeatureSpec
 from shardfeed.schemas.rejects import RejectError, RejectRecord
@@ -515,15 +513,7 @@ class JsonlSource:
         self.text_field = text_field
         self.max_line_bytes = max_line_bytes
         self.max_expanded_bytes = max_expanded_bytes
-        location = locate(os.fspath(root))
-        info = location.filesystem.get_file_info(location.root)
-        if info.type == pafs.FileType.NotFound:
-            raise ShardfeedError(f"JSONL source {os.fspath(root)!r} does not exist")
-        self._single: str | None = None
-        if info.type == pafs.FileType.File:
-            path = os.path.realpath(location.root) if location.is_local else location.root
-            parent, self._single = (os.path if location.is_local else posixpath).split(path)
-            location = Location(location.filesystem, parent, location.is_local, parent)
+        location, self._single = source_root(os.fspath(root), "JSONL source")
         self._location = location
         self.root = location.root
 
@@ -540,20 +530,7 @@ class JsonlSource:
         """
         if self._single is not None:
             return [self._single]
-        if not self._location.is_local:
-            return [p for p in self._location.list_files("") if p.endswith(SUFFIXES)]
-        root = os.path.realpath(self.root)
-        out = []
-        for dirpath, dirnames, filenames in os.walk(root, onerror=_raise_listing):
-            rel_dir = os.path.relpath(dirpath, root).replace(os.sep, "/")
-            prefix = "" if rel_dir == "." else rel_dir + "/"
-            for name in dirnames:
-                full = os.path.join(dirpath, name)
-                target = os.path.realpath(full)
-                if os.path.islink(full) and not (target + os.sep).startswith(root + os.sep):
-                    out.append(prefix + name)
-            out += [prefix + n for n in filenames if n.endswith(SUFFIXES)]
-        return sorted(out)
+        return list_files(self._location, lambda path: path.endswith(SUFFIXES))
 
     def compression(self, file: str) -> str:
         """``"none"``, ``"gzip"`` or ``"zstd"`` (sniffed). Only ``"none"`` files are random access:
@@ -732,10 +709,6 @@ def _changed(ref: UnitRef) -> ShardfeedError:
     return ShardfeedError(
         f"{ref.file} line {ref.position} changed since it was scanned (content hash or offset)"
     )
-
-
-def _raise_listing(err: OSError) -> None:
-    raise ShardfeedError(f"cannot list {err.filename}: {err.strerror}") from err
 
 
 def _locator(ref: UnitRef) -> tuple[int, int]:

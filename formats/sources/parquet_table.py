@@ -78,7 +78,6 @@ import hashlib
 import itertools
 import json
 import os
-import posixpath
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -86,14 +85,14 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from shardfeed.formats.columns import nest
 from shardfeed.formats.payload import table_row_bytes
 from shardfeed.formats.sources import json_text
 from shardfeed.formats.sources.base import DatasetMeta, MediaHook, ScanResult, UnitRef
-from shardfeed.formats.storage import Location, locate
+from shardfeed.formats.sources.listing import list_files, source_root
+from shardfeed.formats.storage import locate
 from shardfeed.schemas.errors import ShardfeedError, UnsafePathError
 from shardfeed.schemas.features import IMAGE_ARROW_TYPE, NUMERIC_DTYPES, Feature, FeatureSpec
 from shardfeed.schemas.rejects import RejectError, RejectRecord
@@ -908,14 +907,7 @@ class ParquetSource:
             self._pattern = os.path.abspath(local)
             location = locate(base)
         else:
-            location = locate(text)
-            info = location.filesystem.get_file_info(location.root)
-            if info.type == pafs.FileType.NotFound:
-                raise ShardfeedError(f"Parquet source {text!r} does not exist")
-            if info.type == pafs.FileType.File:
-                path = os.path.realpath(location.root) if location.is_local else location.root
-                parent, self._single = (os.path if location.is_local else posixpath).split(path)
-                location = Location(location.filesystem, parent, location.is_local, parent)
+            location, self._single = source_root(text, "Parquet source")
         self._location = location
         self.root = location.root
 
@@ -936,21 +928,9 @@ class ParquetSource:
             matches = glob.glob(self._pattern, recursive=True)
             rels = [os.path.relpath(m, self.root).replace(os.sep, "/") for m in matches]
             return sorted(r for r, m in zip(rels, matches, strict=True) if not os.path.isdir(m))
-        if not self._location.is_local:
-            return [p for p in self._location.list_files("") if _wanted(p)]
-        root = os.path.realpath(self.root)
-        out = []
-        for dirpath, dirnames, filenames in os.walk(root, onerror=_raise_listing):
-            rel_dir = os.path.relpath(dirpath, root).replace(os.sep, "/")
-            prefix = "" if rel_dir == "." else rel_dir + "/"
-            dirnames[:] = [d for d in dirnames if not d.startswith(HIDDEN_PREFIXES)]
-            for name in dirnames:
-                full = os.path.join(dirpath, name)
-                target = os.path.realpath(full)
-                if os.path.islink(full) and not (target + os.sep).startswith(root + os.sep):
-                    out.append(prefix + name)
-            out += [prefix + n for n in filenames if _wanted(n)]
-        return sorted(out)
+        return list_files(
+            self._location, _wanted, skip_dir=lambda name: name.startswith(HIDDEN_PREFIXES)
+        )
 
     @contextlib.contextmanager
     def _open(self, file: str) -> Iterator[pq.ParquetFile]:
@@ -1243,7 +1223,3 @@ def _glob_base(pattern: str) -> str:
             break
         keep.append(part)
     return os.sep.join(keep) or os.sep
-
-
-def _raise_listing(err: OSError) -> None:
-    raise ShardfeedError(f"cannot list {err.filename}: {err.strerror}") from err

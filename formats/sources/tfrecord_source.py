@@ -42,10 +42,11 @@ import pyarrow as pa
 from shardfeed.formats.columns import conform
 from shardfeed.formats.sources import json_text
 from shardfeed.formats.sources.base import DatasetMeta, ScanResult, UnitRef, content_digest
-from shardfeed.formats.storage import Location, locate
+from shardfeed.formats.sources.listing import list_files, source_root
+from shardfeed.formats.storage import locate
 from shardfeed.formats.tf_example import ExampleDecodeError, decode_example
 from shardfeed.formats.tfrecord import TFRecordError, iter_records, read_record_at
-from shardfeed.schemas.errors import ShardfeedError
+from shardfeed.schemas.errors import ShardfeedError, UnsafePathError
 from shardfeed.schemas.features import Feature, FeatureSpec
 from shardfeed.schemas.rejects import RejectError, RejectRecord
 
@@ -128,17 +129,10 @@ class TFRecordSource:
 
     def __init__(self, root: str, *, max_record_bytes: int = MAX_RECORD_BYTES) -> None:
         self.max_record_bytes = max_record_bytes
-        location = locate(os.fspath(root))
-        if not location.is_local:
+        if not locate(os.fspath(root)).is_local:
             raise ShardfeedError(f"{root}: TFRecord sources are read from local paths")
-        path = os.path.realpath(location.root)
-        if not os.path.exists(path):
-            raise ShardfeedError(f"TFRecord source {os.fspath(root)!r} does not exist")
-        self._single: str | None = None
-        if os.path.isfile(path):
-            path, self._single = os.path.split(path)
-        self._location = Location(location.filesystem, path, True, path)
-        self.root = path
+        self._location, self._single = source_root(os.fspath(root), "TFRecord source")
+        self.root = self._location.root
 
     def __repr__(self) -> str:
         return f"TFRecordSource({self.root!r})"
@@ -146,12 +140,7 @@ class TFRecordSource:
     def files(self) -> list[str]:
         if self._single is not None:
             return [self._single]
-        out = []
-        for dirpath, _, names in os.walk(self.root):
-            rel = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
-            prefix = "" if rel == "." else rel + "/"
-            out += [prefix + n for n in names if is_tfrecord_name(n)]
-        return sorted(out)
+        return list_files(self._location, lambda path: is_tfrecord_name(path.rsplit("/", 1)[-1]))
 
     def meta(self) -> DatasetMeta:
         return DatasetMeta()
@@ -281,6 +270,11 @@ class TFRecordSource:
                         )
                     example = None
                 yield offset, data, example
+        except UnsafePathError as err:  # a link leading outside the root
+            if errors is not None:
+                errors.append(
+                    RejectRecord.from_error(file, "", RejectError("path_escape", err.message))
+                )
         except OSError as err:
             if errors is not None:
                 errors.append(

@@ -70,6 +70,7 @@ from shardfeed.formats.columns import to_table
 from shardfeed.formats.sources import json_text
 from shardfeed.formats.sources.base import DatasetMeta, MediaHook, ScanResult, UnitRef
 from shardfeed.formats.sources.jsonl import JSON_EXTRA
+from shardfeed.formats.sources.listing import list_files, source_root
 from shardfeed.formats.storage import Location, locate
 from shardfeed.schemas.errors import ShardfeedError, UnsafePathError
 from shardfeed.schemas.features import Feature, FeatureSpec
@@ -639,15 +640,9 @@ class WebDatasetSource:
                     f"WebDataset source {text!r}: none of its {len(self._listed)} shards exists"
                 )
         else:
-            location = locate(text)
-            info = location.filesystem.get_file_info(location.root)
-            if info.type == pafs.FileType.NotFound:
-                raise ShardfeedError(f"WebDataset source {text!r} does not exist")
-            if info.type == pafs.FileType.File:
-                path = os.path.realpath(location.root) if location.is_local else location.root
-                parent, single = (os.path if location.is_local else posixpath).split(path)
+            location, single = source_root(text, "WebDataset source")
+            if single is not None:
                 self._listed = [single]
-                location = Location(location.filesystem, parent, location.is_local, parent)
         self._location = location
         self.root = location.root
         if not self.files():
@@ -663,20 +658,7 @@ class WebDatasetSource:
         leading outside the root are listed so that ``scan`` reports them as ``path_escape``."""
         if self._listed is not None:
             return list(self._listed)
-        if not self._location.is_local:
-            return [p for p in self._location.list_files("") if p.lower().endswith(SUFFIXES)]
-        root = os.path.realpath(self.root)
-        out = []
-        for dirpath, dirnames, filenames in os.walk(root):
-            rel_dir = os.path.relpath(dirpath, root).replace(os.sep, "/")
-            prefix = "" if rel_dir == "." else rel_dir + "/"
-            for name in dirnames:
-                full = os.path.join(dirpath, name)
-                target = os.path.realpath(full)
-                if os.path.islink(full) and not (target + os.sep).startswith(root + os.sep):
-                    out.append(prefix + name)
-            out += [prefix + n for n in filenames if n.lower().endswith(SUFFIXES)]
-        return sorted(out)
+        return list_files(self._location, lambda path: path.lower().endswith(SUFFIXES))
 
     @contextlib.contextmanager
     def _open(self, file: str) -> Iterator[tuple[Any, Any, bool]]:

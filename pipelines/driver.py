@@ -246,18 +246,7 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
     )
     reject_names, reject_counts = planned.reject_files, planned.reject_counts
     rejected_units = planned.rejected_units
-    if planned.too_many_rejects:
-        total_units = planned.planned_units + rejected_units
-        raise TooManyRejectsError(
-            f"{rejected_units} of {total_units} records rejected ({rejected_units / total_units:.2%}) exceeds "
-            f"--max-reject-fraction {config.max_reject_fraction:.2%}; nothing was published. "
-            f"Reasons: {reject_counts}. Reject details are in {graph.work}/rejects/"
-        )
-    outcomes = _read_outcomes(graph.work)
-    if len(outcomes) != planned.num_shards:
-        raise ShardfeedError(
-            f"the runner wrote {len(outcomes)} of {planned.num_shards} planned shards; nothing was published"
-        )
+    outcomes = checked_outcomes(planned, graph.work, config.max_reject_fraction)
     _remove_unplanned(dst, outcomes)
     extra = _move_rejects(dst, graph.work, reject_names)
     duplicates = None
@@ -387,6 +376,28 @@ def _remove_unplanned(dst: str, outcomes: Sequence[ShardOutcome]) -> None:
                 path = os.path.join(directory, name)
                 if os.path.relpath(path, dst).replace(os.sep, "/") not in keep:
                     os.unlink(path)
+
+
+def checked_outcomes(
+    planned: PlanInfo, work: str, max_reject_fraction: float, label: str = ""
+) -> list[ShardOutcome]:
+    """The outcomes a run wrote, once its rejects are within bounds and every planned shard is
+    there; otherwise the error that publishes nothing. ``label`` prefixes messages (a split)."""
+    if planned.too_many_rejects:
+        rejected = planned.rejected_units
+        total = planned.planned_units + rejected
+        raise TooManyRejectsError(
+            f"{label}{rejected} of {total} records rejected ({rejected / total:.2%}) exceeds "
+            f"--max-reject-fraction {max_reject_fraction:.2%}; nothing was published. "
+            f"Reasons: {planned.reject_counts}. Reject details are in {work}/rejects/"
+        )
+    outcomes = _read_outcomes(work)
+    if len(outcomes) != planned.num_shards:
+        raise ShardfeedError(
+            f"{label}the runner wrote {len(outcomes)} of {planned.num_shards} planned shards; "
+            "nothing was published"
+        )
+    return outcomes
 
 
 def _read_outcomes(work: str) -> list[ShardOutcome]:

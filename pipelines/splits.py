@@ -28,15 +28,14 @@ from shardfeed.pipelines.convert import ConvertFiles, GraphConfig, InferSchema
 from shardfeed.pipelines.driver import (
     ConvertConfig,
     ConvertSummary,
-    TooManyRejectsError,
     _keep_finished_shards,
     _merge_inferred,
     _move_rejects,
     _only_leftovers,
     _PhaseClock,
-    _read_outcomes,
     _remove_unplanned,
     _run,
+    checked_outcomes,
 )
 from shardfeed.pipelines.plan_stage import PlanSettings, read_plan_info
 from shardfeed.pipelines.progress import WorkDirProgress
@@ -190,20 +189,9 @@ def run_split_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> C
         phases["scan"] += max(0.0, planned.started - pipeline_started)
         phases["plan"] += max(0.0, planned.finished - planned.started)
         phases["write"] += max(0.0, time.time() - planned.finished)
-        if planned.too_many_rejects:
-            total = planned.planned_units + planned.rejected_units
-            raise TooManyRejectsError(
-                f"split {name!r}: {planned.rejected_units} of {total} records rejected "
-                f"({planned.rejected_units / total:.2%}) exceeds --max-reject-fraction "
-                f"{config.max_reject_fraction:.2%}; nothing was published. "
-                f"Reasons: {planned.reject_counts}. Reject details are in {graph.work}/rejects/"
-            )
-        written = _read_outcomes(graph.work)
-        if len(written) != planned.num_shards:
-            raise ShardfeedError(
-                f"split {name!r}: the runner wrote {len(written)} of {planned.num_shards} planned "
-                "shards; nothing was published"
-            )
+        written = checked_outcomes(
+            planned, graph.work, config.max_reject_fraction, label=f"split {name!r}: "
+        )
         if not written:
             raise ShardfeedError(f"split {name!r} holds no samples; every split needs some")
         outcomes.extend(written)

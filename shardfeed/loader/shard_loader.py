@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from shardfeed.assignment import Assignment
+from shardfeed.assignment import Assignment, load_assignment
+from shardfeed.dataset_source import DatasetSource
 from shardfeed.formats.node_cache import NodeCache
 from shardfeed.formats.reader import Dataset
 from shardfeed.loader.columns import Batch, to_batch
@@ -102,6 +103,11 @@ class ShardLoader:
         self._datasets = [s if isinstance(s, Dataset) else _open(s) for s in sources]
         # close only what this loader opened: a Dataset passed in stays the caller's
         self._owned = [not isinstance(s, Dataset) for s in sources]
+        # read once, not at every epoch: the sample sizes and a stored assignment's table
+        self._row_bytes = [DatasetSource.of(ds).row_bytes() for ds in self._datasets]
+        if isinstance(assignment, str):
+            assignment = load_assignment(self._datasets[0], assignment)
+        self._assignment = assignment
         self.columns = self._check_columns(columns)
         self.caches: list[NodeCache] = []
         if cache_dir is not None:
@@ -135,8 +141,9 @@ class ShardLoader:
                 batch_size=self.batch_size,
                 assignment=self._assignment,
                 split=self.split,
+                row_bytes=row_bytes,
             )
-            for ds in self._datasets
+            for ds, row_bytes in zip(self._datasets, self._row_bytes, strict=True)
         ]
         if len(self.streams) == 1:
             n = self.streams[0].plan.num_batches

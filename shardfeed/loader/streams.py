@@ -97,9 +97,12 @@ class Stream:
         batch_size: int,
         assignment: Assignment | str | None,
         split: str | None = None,
+        row_bytes: RowBytes | None = None,
     ) -> Stream:
+        """``row_bytes``: the dataset's sample sizes, when the caller holds them (a loader
+        planning epoch after epoch reads ``samples.parquet`` once)."""
         ds = dataset if isinstance(dataset, Dataset) else open_dataset(dataset)
-        row_bytes = DatasetSource.of(ds).row_bytes()
+        row_bytes = row_bytes or DatasetSource.of(ds).row_bytes()
         spans = worker_spans(
             ds,
             world,

@@ -3,13 +3,16 @@
 What users know from rclone (``.partial`` plus checksum) and Beam sinks (temp, then rename): a
 file under its final name is always whole and verified. On a local tier the temporary file sits
 next to the target and ``os.replace`` publishes it; on an object store the bytes go to a
-temporary key, which a server-side move publishes once the hash matched. The source is read
-once: the hash is computed on the bytes as they are written, never by reading the copy back.
+temporary key, which a server-side move publishes once the hash matched. The copy is never read
+back: the hash is computed on the bytes as they are copied. Local to local, the kernel copies
+each chunk (``copy_file_range``, no trip through user space) and the hash reads that chunk's
+pages from the page cache the copy just filled; elsewhere each chunk is read, hashed, written.
 """
 
 from __future__ import annotations
 
 import ctypes
+import errno
 import functools
 import hashlib
 import os
@@ -91,23 +94,15 @@ def copy_file(
         os.makedirs(os.path.dirname(final) or ".", exist_ok=True)
         if before_write is not None:
             before_write(temp, size)
-    digest, written = hashlib.sha256(), 0
-    buffer = bytearray(CHUNK)
-    view = memoryview(buffer)
+    digest = hashlib.sha256()
     try:
         with _open_input(source, rel) as reader, _open_output(target, temp) as writer:
-            while n := reader.readinto(buffer):
-                chunk = view[:n]
-                digest.update(chunk)  # releases the GIL: the pool's copies run in parallel
-                writer.write(chunk)
-                if target.is_local:  # start writing this chunk back now, not all at the fsync
-                    writer.flush()
-                    start_writeback(writer.fileno(), written, n)
-                written += n
-                if progress is not None:
-                    progress(n)
+            written = None
+            if source.is_local and target.is_local:
+                written = _copy_in_kernel(reader.fileno(), writer.fileno(), digest, progress)
+            if written is None:  # not local to local, or the kernel cannot copy these files
+                written = _copy_streaming(reader, writer, target.is_local, digest, progress)
             if target.is_local:
-                writer.flush()
                 os.fdatasync(writer.fileno())  # the data; the rename then makes the name durable
         if written != size or digest.hexdigest() != sha256:
             raise CopyMismatchError(
@@ -122,6 +117,60 @@ def copy_file(
     except BaseException:
         _remove(target, temp)
         raise
+
+
+def _copy_in_kernel(
+    source_fd: int, target_fd: int, digest, progress: Callable[[int], None] | None
+) -> int | None:
+    """Copy with ``copy_file_range`` chunk by chunk, hashing each chunk from the page cache the
+    copy filled; the bytes copied, or None when the kernel refuses these files before any byte
+    moved (no such call, or a file system pair it cannot copy between)."""
+    if not hasattr(os, "copy_file_range"):
+        return None
+    buffer = bytearray(CHUNK)
+    view = memoryview(buffer)
+    written = 0
+    while True:
+        try:
+            n = os.copy_file_range(source_fd, target_fd, CHUNK, written, written)
+        except OSError as error:
+            if written == 0 and error.errno in _NO_KERNEL_COPY:
+                return None
+            raise
+        if n == 0:
+            return written
+        got = os.preadv(source_fd, [view[:n]], written)  # the pages just copied, still cached
+        if got != n:
+            raise OSError(errno.EIO, f"re-reading {n} copied bytes at {written} gave {got}")
+        digest.update(view[:n])  # releases the GIL: the pool's copies run in parallel
+        start_writeback(target_fd, written, n)
+        written += n
+        if progress is not None:
+            progress(n)
+
+
+# copy_file_range refuses: not implemented, across file systems (old kernels), or unsupported
+_NO_KERNEL_COPY = {errno.ENOSYS, errno.EXDEV, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF}
+
+
+def _copy_streaming(reader, writer, local: bool, digest, progress) -> int:
+    """Read, hash and write chunk by chunk; the bytes copied."""
+    buffer = bytearray(CHUNK)
+    view = memoryview(buffer)
+    written = 0
+    while n := reader.readinto(buffer):
+        chunk = view[:n]
+        digest.update(chunk)  # releases the GIL: the pool's copies run in parallel
+        writer.write(chunk)
+        if local:  # start writing this chunk back now, not all at the fsync
+            writer.flush()
+            start_writeback(writer.fileno(), written, n)
+        written += n
+        if progress is not None:
+            progress(n)
+    if local:
+        writer.flush()
+    return written
 
 
 def start_writeback(fd: int, offset: int, nbytes: int) -> None:

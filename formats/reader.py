@@ -174,8 +174,11 @@ class Dataset:
         *,
         locations: Locations | None = None,
         tier_filesystems: Mapping[str, pafs.FileSystem] | None = None,
+        check_hashes: bool = False,
     ) -> None:
         self.location = location
+        #: hash each shard copy when it is opened (a same-size substitute passes the cheap checks)
+        self.check_hashes = check_hashes
         self.manifest = manifest
         self.info = info
         self.locations = locations
@@ -491,6 +494,8 @@ class Dataset:
             raise CorruptShardError(
                 f"{record.path}: size {info.size} bytes, manifest says {record.bytes}"
             )
+        if self.check_hashes:
+            _check_sha256(location, record.path, record.sha256, field)
         handle = None
         if location.is_local:
             source: Any = location.path(record.path, field)  # checked once per open
@@ -581,6 +586,7 @@ def open_dataset(
     filesystem: pafs.FileSystem | None = None,
     use_locations: bool = True,
     tier_filesystems: Mapping[str, pafs.FileSystem] | None = None,
+    check_hashes: bool = False,
 ) -> Dataset:
     """Open a published dataset (local path or URI such as ``s3://bucket/ds``).
 
@@ -591,6 +597,10 @@ def open_dataset(
     ``use_locations`` is False or the environment sets ``SHARDFEED_NO_LOCATIONS=1``.
     ``tier_filesystems`` maps a tier name to the pyarrow filesystem of its URI (e.g. an
     ``S3FileSystem`` with an endpoint); by default the URI and environment pick one.
+
+    ``check_hashes``: also check each shard's sha256 when it is first opened (one extra full
+    read per shard). Without it a shard swapped for another valid one of the same size, rows and
+    schema is read unnoticed; ``verify`` and the node cache's copies always hash.
     """
     location = locate(path, filesystem)
     manifest = load_manifest(location)
@@ -619,7 +629,24 @@ def open_dataset(
     locations = None
     if use_locations and os.environ.get(NO_LOCATIONS_ENV) != "1":
         locations = load_locations(location, manifest)
-    return Dataset(location, manifest, info, locations=locations, tier_filesystems=tier_filesystems)
+    return Dataset(
+        location,
+        manifest,
+        info,
+        locations=locations,
+        tier_filesystems=tier_filesystems,
+        check_hashes=check_hashes,
+    )
+
+
+def _check_sha256(location: Location, rel: str, sha256: str, field: str) -> None:
+    """Raise CorruptShardError unless the file ``rel`` under ``location`` hashes to ``sha256``."""
+    digest = hashlib.sha256()
+    with location.filesystem.open_input_stream(location.path(rel, field), compression=None) as s:
+        while chunk := s.read(8 << 20):
+            digest.update(chunk)
+    if digest.hexdigest() != sha256:
+        raise CorruptShardError(f"{rel}: sha256 does not match the manifest")
 
 
 def _json(data: bytes, source: str) -> Any:
@@ -627,3 +654,5 @@ def _json(data: bytes, source: str) -> Any:
         return json.loads(data)
     except ValueError as err:
         raise SchemaError("<root>", f"not valid JSON ({err})", source=source) from None
+    except RecursionError:
+        raise SchemaError("<root>", "not valid JSON (nested too deeply)", source=source) from None

@@ -19,10 +19,21 @@ from shardfeed.formats.atomic import is_temp_name
 from shardfeed.formats.encoding import ShardContext, get_encoding
 from shardfeed.formats.layout import LISTED_DIRS
 from shardfeed.formats.reader import load_manifest
-from shardfeed.formats.sample_index import SampleIndexError, read_record_offsets
+from shardfeed.formats.sample_index import (
+    SampleIndexError,
+    _check_shard_sums,
+    read_record_offsets,
+)
 from shardfeed.formats.storage import Location, locate
+from shardfeed.schemas.assignment import ASSIGNMENTS_DIR, AssignmentHeader, table_path
 from shardfeed.schemas.errors import ShardfeedError, UnsafePathError
-from shardfeed.schemas.manifest import MANIFEST_PATH, SAMPLE_INDEX_PATH, Manifest
+from shardfeed.schemas.manifest import (
+    MANIFEST_PATH,
+    SAMPLE_INDEX_PATH,
+    Manifest,
+    compute_fingerprint,
+)
+from shardfeed.schemas.sidecar import DatasetRef
 
 PROBLEM_KINDS = (
     "missing",
@@ -34,6 +45,7 @@ PROBLEM_KINDS = (
     "unreadable",
     "framing",
     "index",
+    "fingerprint",
 )
 _READ_CHUNK = 8 << 20
 
@@ -86,6 +98,7 @@ def verify_location(
     location: Location, manifest: Manifest, *, check_hashes: bool = True, progress=None
 ) -> VerifyReport:
     report = VerifyReport()
+    _check_fingerprint(manifest, report)
     encoding = get_encoding(manifest.encoding)
     offsets = _record_offsets(location, manifest, report) if encoding.framed else None
     for i, shard in enumerate(manifest.shards):
@@ -122,8 +135,12 @@ def verify_location(
             check_hashes,
         )
         report.files_checked += 1
-        if ok and record.path == SAMPLE_INDEX_PATH:
-            _check_sample_index_rows(location, manifest.num_samples, report)
+        if (
+            ok
+            and record.path == SAMPLE_INDEX_PATH
+            and _check_sample_index_rows(location, manifest.num_samples, report)
+        ):
+            _check_sample_sums(location, manifest, report)
     listed = {s.path for s in manifest.shards} | {f.path for f in manifest.files} | {MANIFEST_PATH}
     for directory in LISTED_DIRS:
         for rel in location.list_files(directory):
@@ -139,7 +156,64 @@ def verify_location(
     for rel in location.list_files("meta"):
         if is_temp_name(posixpath.basename(rel)):
             report.problems.append(Problem(rel, "extra", "leftover temporary file"))
+    _check_assignments(location, manifest, report, check_hashes)
     return report
+
+
+def _check_fingerprint(manifest: Manifest, report: VerifyReport) -> None:
+    """The fingerprint is what the manifest's own records hash to (FORMAT.md §9): an edited
+    shard or file sha256, content option or fingerprint shows here."""
+    expected = compute_fingerprint(
+        [s.sha256 for s in manifest.shards], manifest.provenance.content_options, manifest.files
+    )
+    if manifest.fingerprint != expected:
+        report.problems.append(
+            Problem(
+                MANIFEST_PATH,
+                "fingerprint",
+                f"fingerprint {manifest.fingerprint[:23]}… is not what its shard and file records "
+                f"hash to ({expected[:23]}…)",
+            )
+        )
+
+
+def _check_assignments(
+    location: Location, manifest: Manifest, report: VerifyReport, check_hashes: bool
+) -> None:
+    """Each assignment header (not listed in the manifest; it vouches for its own table) was
+    planned for this dataset, and its table matches the header's size and sha256."""
+    ref = DatasetRef(manifest.fingerprint, manifest.num_samples, len(manifest.shards))
+    for rel in location.list_files(ASSIGNMENTS_DIR):
+        if not rel.endswith(".json") or is_temp_name(posixpath.basename(rel)):
+            continue
+        name = posixpath.basename(rel)[: -len(".json")]
+        try:
+            header = AssignmentHeader.loads(location.read_bytes(rel), rel)
+            table = table_path(name)
+            if header.name != name:
+                raise ShardfeedError(f"{rel} names itself {header.name!r}")
+        except (OSError, ShardfeedError) as err:
+            report.problems.append(Problem(rel, "unreadable", str(err)))
+            continue
+        if header.dataset != ref:
+            report.problems.append(
+                Problem(
+                    rel,
+                    "fingerprint",
+                    f"planned for dataset {header.dataset.fingerprint[:23]}… "
+                    f"({header.dataset.num_samples} samples, {header.dataset.num_shards} shards), "
+                    f"not this one",
+                )
+            )
+        _check_file(
+            location,
+            table,
+            header.table.bytes,
+            header.table.sha256,
+            f"{rel}: table",
+            report,
+            check_hashes,
+        )
 
 
 def _check_file(
@@ -223,7 +297,7 @@ def _check_rows(
         )
 
 
-def _check_sample_index_rows(location: Location, num_samples: int, report: VerifyReport) -> None:
+def _check_sample_index_rows(location: Location, num_samples: int, report: VerifyReport) -> bool:
     """The sample index holds one row per sample (its Parquet footer only; no value is read)."""
     try:
         if location.is_local:
@@ -233,7 +307,7 @@ def _check_sample_index_rows(location: Location, num_samples: int, report: Verif
                 rows = pq.read_metadata(handle).num_rows
     except (OSError, ValueError, pa.ArrowException) as err:
         report.problems.append(Problem(SAMPLE_INDEX_PATH, "unreadable", str(err)))
-        return
+        return False
     if rows != num_samples:
         report.problems.append(
             Problem(
@@ -242,3 +316,22 @@ def _check_sample_index_rows(location: Location, num_samples: int, report: Verif
                 f"footer has {rows} rows, manifest says {num_samples} samples",
             )
         )
+        return False
+    return True
+
+
+def _check_sample_sums(location: Location, manifest: Manifest, report: VerifyReport) -> None:
+    """Each shard's per-sample sizes add up to its ``payload_bytes`` (an edited
+    ``payload_bytes`` changes no file, and planners balance on these numbers)."""
+    try:
+        if location.is_local:
+            table = pq.read_table(location.path(SAMPLE_INDEX_PATH), columns=["bytes"])
+        else:
+            with location.open_input(SAMPLE_INDEX_PATH) as handle:
+                table = pq.read_table(handle, columns=["bytes"])
+        sizes = table.column("bytes").to_numpy().astype(np.int64, copy=False)
+        _check_shard_sums(sizes, manifest, SAMPLE_INDEX_PATH)
+    except (OSError, ValueError, KeyError, pa.ArrowException) as err:
+        report.problems.append(Problem(SAMPLE_INDEX_PATH, "unreadable", str(err)))
+    except SampleIndexError as err:
+        report.problems.append(Problem(SAMPLE_INDEX_PATH, "index", str(err)))

@@ -431,7 +431,7 @@ CASES = [
     # -- samples.parquet, stats.json ----------------------------------------------------------
     Case("samples-flip", "XOR 0xFF the middle byte of samples.parquet",
          edit_file(SAMPLE_INDEX_PATH, flip_middle),
-         {"parquet": k("hash"), "tfrecord": k("size", "index")},
+         {"parquet": k("hash"), "tfrecord": k("hash", "index")},
          PQ_INTACT_TFR_REFUSED, loader="refused"),
     Case("samples-from-other-dataset", "samples.parquet of a same-schema dataset copied in",
          from_bigger(SAMPLE_INDEX_PATH),

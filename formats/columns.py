@@ -51,7 +51,8 @@ def conform(table: pa.Table, spec: FeatureSpec, schema: pa.Schema | None = None)
         if column.type != field.type:
             try:
                 column = column.cast(field.type)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+            # ArrowTypeError: e.g. a fixed_size_list of another size than the spec's shape
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
                 column = _reshaped(column, spec[field.name]) if field.name in spec else None
                 if column is None:
                     raise SchemaError(

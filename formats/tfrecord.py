@@ -444,7 +444,9 @@ def _refill(
     parts = [buf[pos:]] if pos < len(buf) else []
     have = len(buf) - pos
     while have < need:
-        chunk = read(min(max(READ_CHUNK, need - have), _MAX_READ))
+        # at most as much again as the stream has given (doubling): a huge declared length
+        # over a short stream never sizes a read (a raw file read allocates what it is asked)
+        chunk = read(min(max(READ_CHUNK, need - have), _MAX_READ, max(READ_CHUNK, have)))
         if not chunk:
             break
         parts.append(chunk)
@@ -472,7 +474,8 @@ def _skip(
 
 def read_record_at(source: Source, offset: int, *, name: str | None = None) -> bytes:
     """The data of the record at ``offset`` of a plain (uncompressed) TFRecord file, both CRCs
-    checked. ``source`` is a path or a seekable binary file object; raises :class:`TFRecordError`."""
+    checked. ``source`` is a path or a seekable binary file object; raises :class:`TFRecordError`
+    (a declared length beyond the end of the file is ``truncated``, found before any read)."""
     label = _source_name(source, name)
     if isinstance(source, (str, os.PathLike)):
         with open(source, "rb") as handle:
@@ -490,6 +493,14 @@ def _read_at(handle: BinaryIO, offset: int, label: str) -> bytes:
     length, length_crc = _HEADER.unpack(head)
     if masked_crc32c(head[:8]) != length_crc:
         raise TFRecordError(label, offset, "length crc", "no record starts here, or it is corrupt")
+    if length > READ_CHUNK:  # a huge declared length must not size a read: check the file first
+        here = handle.tell()
+        left = handle.seek(0, io.SEEK_END) - here
+        handle.seek(here, io.SEEK_SET)
+        if left < length + FOOTER_BYTES:
+            raise TFRecordError(
+                label, offset, "truncated", f"{left} of {length + 4} data and CRC bytes"
+            )
     body = _read_full(handle.read, length + FOOTER_BYTES)
     if len(body) < length + FOOTER_BYTES:
         raise TFRecordError(

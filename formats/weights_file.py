@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shardfeed.schemas.errors import ShardfeedError
@@ -23,17 +24,30 @@ def read_pairs(
     path: str, key: str, value: str, parse_key: Callable[[str], K]
 ) -> tuple[list[K], np.ndarray]:
     """``(keys, values)`` in file order. Values must be finite numbers >= 0. Text lines split on
-    the last comma, tab or space run, so keys may hold spaces or commas before it."""
+    the last comma, tab or space run, so keys may hold spaces or commas before it. Raises only
+    :class:`InputFileError`, naming the file and, for text, the line."""
     if is_parquet(path):
-        table = pq.read_table(path)
+        try:
+            table = pq.read_table(path)
+        except (pa.ArrowException, OSError) as err:
+            raise InputFileError(f"{path}: not a readable Parquet file ({err})") from None
         if {key, value} - set(table.column_names):
             raise InputFileError(f"{path}: a Parquet file here needs columns '{key}' and '{value}'")
-        keys = [parse_key(str(k)) for k in table.column(key).to_pylist()]
-        values = table.column(value).to_numpy(zero_copy_only=False).astype(np.float64)
+        try:
+            keys = [parse_key(str(k)) for k in table.column(key).to_pylist()]
+            values = table.column(value).to_numpy(zero_copy_only=False).astype(np.float64)
+        except (ValueError, TypeError) as err:
+            raise InputFileError(f"{path}: column '{key}' or '{value}': {err}") from None
     else:
         keys, numbers = [], []
-        with open(path, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, 1):
+        with open(path, "rb") as handle:
+            for number, raw in enumerate(handle, 1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    raise InputFileError(
+                        f"{path}:{number}: not valid UTF-8 at byte {err.start} of the line"
+                    ) from None
                 text = line.rstrip("\r\n")
                 if not text.strip():
                     continue

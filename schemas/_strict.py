@@ -94,11 +94,17 @@ def parse_version(value: str, field: str, supported_major: int) -> tuple[int, in
 
 
 def load_document(text: str | bytes, source: str, parse: Callable[[Any], T]) -> T:
-    """Parse a JSON document with ``parse``; errors name the file and the field."""
+    """Parse a JSON document with ``parse``; errors name the file and the field.
+
+    Raises only :class:`SchemaError` (``UnsafePathError`` for a path), also for bytes that are
+    not UTF-8 or nest too deeply for the JSON decoder.
+    """
     try:
         obj = json.loads(text)
     except (ValueError, UnicodeDecodeError) as err:
         raise SchemaError("<root>", f"not valid JSON ({err})", source=source) from None
+    except RecursionError:
+        raise SchemaError("<root>", "not valid JSON (nested too deeply)", source=source) from None
     try:
         return parse(obj)
     except SchemaError as err:

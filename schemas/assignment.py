@@ -28,6 +28,7 @@ MODES = ("pad", "drop")
 #: span table columns, in order; rows sorted by (epoch, rank, worker, seq)
 COLUMNS = ("epoch", "rank", "worker", "seq", "shard", "row_start", "row_end")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+INT32_MAX = 2**31 - 1
 
 
 def check_name(name: str) -> str:
@@ -72,7 +73,16 @@ class WorldRecord:
     @classmethod
     def from_json(cls, obj: Any, where: str) -> WorldRecord:
         obj = require_object(obj, where)
-        return cls(*(_positive(obj, k, where) for k in ("nodes", "gpus_per_node", "workers")))
+        world = cls(*(_positive(obj, k, where) for k in ("nodes", "gpus_per_node", "workers")))
+        # the span table stores rank and worker as int32
+        for key, value in (
+            ("nodes", world.nodes * world.gpus_per_node),
+            ("workers", world.workers),
+        ):
+            if value > INT32_MAX:
+                what = "ranks (nodes * gpus_per_node)" if key == "nodes" else "workers"
+                raise SchemaError(f"{where}.{key}", f"{value} {what} is above {INT32_MAX}")
+        return world
 
 
 @dataclass(frozen=True)
@@ -149,6 +159,9 @@ class ResumeRecord:
 
 @dataclass(frozen=True)
 class AssignmentHeader(JsonDocument):
+    """The header of an assignment. ``loads`` raises only :class:`SchemaError` naming the field:
+    also for a world or epoch number beyond what the int32 span table and its int64 index hold."""
+
     name: str
     world: WorldRecord
     seed: int
@@ -165,6 +178,14 @@ class AssignmentHeader(JsonDocument):
         numbers = [e.epoch for e in self.epochs]
         if numbers != sorted(set(numbers)):
             raise SchemaError("epochs", f"epoch numbers must be unique and increasing: {numbers}")
+        # the loader indexes spans by (epoch * ranks + rank) * workers + worker in int64
+        w = self.world
+        if numbers and (numbers[-1] + 1) * w.nodes * w.gpus_per_node * w.workers >= 2**63:
+            raise SchemaError(
+                f"epochs[{len(numbers) - 1}].epoch",
+                f"epoch {numbers[-1]} of a world of {w.nodes * w.gpus_per_node} ranks x "
+                f"{w.workers} workers is beyond the int64 span index",
+            )
         spans = sum(e.spans for e in self.epochs)
         if spans != self.table.rows:
             raise SchemaError("table.rows", f"{self.table.rows} rows, but epochs list {spans}")

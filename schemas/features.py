@@ -34,6 +34,8 @@ NUMERIC_DTYPES: dict[str, pa.DataType] = {
     "float64": pa.float64(),
 }
 MEDIA_DTYPES = ("image", "video")
+#: values in one sample of a numeric feature: Arrow's fixed-size list length is an int32
+MAX_ELEMENTS = 2**31 - 1
 ALL_DTYPES = (*NUMERIC_DTYPES, "string", *MEDIA_DTYPES)
 
 #: Arrow type of an ``image`` column: the Hugging Face ``datasets.Image`` storage, which LeRobot reads.
@@ -61,7 +63,13 @@ class Feature:
         if any((not isinstance(d, int)) or isinstance(d, bool) or d < 0 for d in self.shape):
             raise SchemaError(
                 f"{where}.shape",
-                f"dimensions must be non-negative integers, got {list(self.shape)}",
+                f"dimensions must be non-negative integers, got {list(self.shape)!r:.80}",
+            )
+        if self.dtype in NUMERIC_DTYPES and math.prod(self.shape) > MAX_ELEMENTS:
+            # a tensor is a fixed-size list, whose length Arrow holds in an int32
+            raise SchemaError(
+                f"{where}.shape",
+                f"{list(self.shape)!r:.80} holds more than {MAX_ELEMENTS} values per sample",
             )
         if self.dtype in NUMERIC_DTYPES and not self.shape:
             raise SchemaError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +39,11 @@ INFO_FIELDS = (
 
 @dataclass(frozen=True)
 class Info:
-    """LeRobot v3.0 dataset info. ``fps`` is 0 for data that is not a time series."""
+    """LeRobot v3.0 dataset info. ``fps`` is 0 for data that is not a time series.
+
+    ``from_json`` raises only :class:`SchemaError` naming the field (``UnsafePathError`` for an
+    unsafe path template); NaN and infinite numbers are refused.
+    """
 
     features: FeatureSpec
     total_frames: int
@@ -57,11 +62,13 @@ class Info:
     def __post_init__(self) -> None:
         if self.chunks_size < 1:
             raise SchemaError("chunks_size", f"must be >= 1, got {self.chunks_size}")
-        if self.fps < 0:
-            raise SchemaError("fps", f"must be >= 0 (0 means not a time series), got {self.fps}")
+        if not 0 <= self.fps < math.inf:  # also refuses NaN, which json.loads accepts
+            raise SchemaError(
+                "fps", f"must be finite and >= 0 (0 means not a time series), got {self.fps}"
+            )
         for name in ("data_files_size_in_mb", "video_files_size_in_mb"):
-            if getattr(self, name) <= 0:
-                raise SchemaError(name, f"must be > 0, got {getattr(self, name)}")
+            if not 0 < getattr(self, name) < math.inf:
+                raise SchemaError(name, f"must be finite and > 0, got {getattr(self, name)}")
         _check_template("data_path", self.data_path, ("{chunk_index", "{file_index"))
         if self.video_path is not None:
             _check_template(

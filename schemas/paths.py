@@ -12,10 +12,18 @@ def check_relative_path(path: str, field: str) -> str:
     """Return ``path`` if it is a clean POSIX path relative to the dataset root, else raise.
 
     Refused: empty, absolute (``/x``, ``C:\\x``), backslashes, ``.``/``..``/empty segments, NUL, and
-    percent-encoded forms of those (``%2e%2e``), which object stores would decode.
+    percent-encoded forms of those (``%2e%2e``), which object stores would decode; and a string
+    that is not valid Unicode (a lone surrogate). Raises only :class:`UnsafePathError`.
     """
     if not isinstance(path, str) or not path:
         raise UnsafePathError(field, "path must be a non-empty string")
+    if not path.isascii():
+        try:
+            path.encode("utf-8")  # a lone surrogate (JSON allows "\ud800") names no file
+        except UnicodeEncodeError as err:
+            raise UnsafePathError(
+                field, f"path {path!r:.80} is not valid Unicode ({err.reason} at {err.start})"
+            ) from None
     # only a path with a '%' can decode to something else (this runs once per file read)
     for candidate in (path, unquote(path)) if "%" in path else (path,):
         if "\x00" in candidate or "\\" in candidate:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shardfeed.dataset_source import DatasetSource
@@ -64,16 +65,28 @@ def read_weights(
 
 
 def read_access_log(path: str) -> tuple[np.ndarray, str]:
-    """Accessed global sample indices, in log order."""
+    """Accessed global sample indices, in log order. Raises only HotInputError (or
+    InputFileError for a missing file), naming the file and, for text, the line."""
     if is_parquet(path):
-        table = pq.read_table(path)
+        try:
+            table = pq.read_table(path)
+        except (pa.ArrowException, OSError) as err:
+            raise HotInputError(f"{path}: not a readable Parquet file ({err})") from None
         if "index" not in table.column_names:
             raise HotInputError(f"{path}: a Parquet access log needs an 'index' column")
-        return table.column("index").to_numpy().astype(np.int64), os.path.basename(path)
+        try:
+            return table.column("index").to_numpy().astype(np.int64), os.path.basename(path)
+        except (ValueError, TypeError, pa.ArrowException) as err:
+            raise HotInputError(f"{path}: column 'index': {err}") from None
     ids = []
-    with _open_text(path) as handle:
-        for number, line in enumerate(handle, 1):
-            text = line.strip()
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            try:
+                text = raw.decode("utf-8").strip()
+            except UnicodeDecodeError as err:
+                raise HotInputError(
+                    f"{path}:{number}: not valid UTF-8 at byte {err.start} of the line"
+                ) from None
             if not text:
                 continue
             try:
@@ -84,7 +97,7 @@ def read_access_log(path: str) -> tuple[np.ndarray, str]:
                 raise HotInputError(
                     f"{path}:{number}: {text[:40]!r} is not a sample index"
                 ) from None
-    return np.asarray(ids, dtype=np.int64), os.path.basename(path)
+    return _int64(ids, path), os.path.basename(path)
 
 
 def _parse_mixture(text: str) -> dict[str, float]:
@@ -119,8 +132,13 @@ def _column(source: DatasetSource, name: str) -> np.ndarray:
 
 def _index_value_file(path: str, value: str) -> tuple[np.ndarray, np.ndarray]:
     ids, values = read_pairs(path, "index", value, int)
-    return np.asarray(ids, dtype=np.int64), values
+    return _int64(ids, path), values
 
 
-def _open_text(path: str):
-    return open(path, encoding="utf-8", errors="strict")
+def _int64(ids: list[int], path: str) -> np.ndarray:
+    """Sample indices as int64; one beyond int64 is a HotInputError, not an OverflowError."""
+    try:
+        return np.asarray(ids, dtype=np.int64)
+    except OverflowError:
+        big = next(i for i in ids if not -(2**63) <= i < 2**63)
+        raise HotInputError(f"{path}: sample index {big} is outside the int64 range") from None

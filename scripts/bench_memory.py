@@ -1,0 +1,489 @@
+#!/usr/bin/env python3
+"""Bounded-resources benchmark: ``shardfeed convert`` of one generated corpus at 1x and 4x its size.
+
+Converting more data must not need more memory: every stage of ``ConvertFiles`` is meant to hold at
+most a shard (and small per-file or per-bucket state), never the dataset. This benchmark checks that
+from outside, on real conversions with the real CLI (``python -m shardfeed.cli.main convert``, the
+default in-process Beam runner), and reports peak RSS and wall time per size.
+
+Corpora (generated once per work directory, then reused)
+--------------------------------------------------------
+==========  =====================================================================================
+image       an image folder of distinct JPEGs (``bench_convert.make_corpus``: 100 class dirs, 10-42
+            KB each, mean ~26 KB), converted with ``--from imagefolder --validate header``
+jsonl       JSONL text files of 2,000 documents each (``id``, ``text`` of a Zipf-vocabulary word
+            stream with log-normal lengths, mean ~2.4 KB, ``source``, ``score``), ``--from jsonl``
+==========  =====================================================================================
+
+The 4x corpus is written once; the 1x corpus is its first quarter, hard-linked (image: the first
+``files`` images; jsonl: the first quarter of the files), so 1x is exactly a subset of 4x with the
+same sizes and the same per-file layout. Both use the default 100 MB target shard size, so a shard
+(what a writer holds at once) is the same at both sizes and only the shard count grows.
+
+How each run is measured
+------------------------
+- Every run converts into a fresh DST (removed before and after), under ``bench_convert.py _measure``:
+  a small process that makes itself a child subreaper, so every descendant (Beam's SDK workers with
+  ``--direct_running_mode=multi_processing``, anything orphaned) is reaped by it.
+  - ``peak RSS`` = ``getrusage(RUSAGE_CHILDREN).ru_maxrss`` of that tree: the largest single
+    process's peak, kept by the kernel (exact; with the default in-process runner it is the convert
+    process itself). **The headline uses it.**
+  - ``tree RSS`` = the largest sum of RSS over the tree's live processes, polled from /proc every
+    50 ms (an upper bound for multi-process runs; a spike under 50 ms can be missed).
+- ``wall s`` is the whole command, interpreter start and imports included.
+- Every output is checked with ``shardfeed inspect --json``: the sample count must match and a clean
+  corpus must have no rejects.
+- Each size runs ``--repeat`` times, alternating 1x and 4x. Per size the table reports the **largest**
+  peak RSS and the **median** wall time over its runs.
+- The page cache is not dropped: the corpora were just written or read, so reads are warm at both
+  sizes (RSS does not count the page cache).
+
+The last line printed is a JSON object ``{"rss_growth": r, "time_growth": t, ...}``: peak RSS at 4x
+over peak RSS at 1x, and wall time at 4x over wall time at 1x, for the worst corpus kind (the largest
+of each ratio over the kinds run), followed by the per-kind figures. Targets: ``rss_growth <= 1.2``,
+``time_growth <= 4.5``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_convert  # corpus generator, _measure, inspect-based verify
+
+REPO = Path(__file__).resolve().parent.parent
+JSONL_VERSION = 1
+JSONL_DOCS_PER_FILE = 2_000
+IMAGE = {"classes": 100, "min_kb": 10, "max_kb": 42}
+# 1x sizes: image files / JSONL files. Both are >= 250 MB at 1x.
+QUICK = {"image": 10_000, "jsonl": 52}
+FULL = {"image": 24_000, "jsonl": 128}
+KINDS = ("image", "jsonl")
+TARGETS = {"rss_growth": 1.2, "time_growth": 4.5}
+
+
+# --------------------------------------------------------------------------------------------------
+# Corpora
+# --------------------------------------------------------------------------------------------------
+
+
+def _word_pool(seed: int, size: int = 5_000) -> tuple[list[str], list[float]]:
+    """A fixed vocabulary of ``size`` pseudo-words and Zipf (s = 1) probabilities over it."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    words = ["".join(rng.choice(letters, size=int(rng.integers(2, 10)))) for _ in range(size)]
+    weights = 1.0 / np.arange(1, size + 1)
+    return words, (weights / weights.sum()).tolist()
+
+
+def write_jsonl_file(path: Path, seed: int, number: int, docs: int, words: list[str], p) -> int:
+    """One JSONL file of ``docs`` documents; its bytes depend only on (seed, number)."""
+    import numpy as np
+
+    rng = np.random.default_rng([seed, number])
+    lengths = np.clip(rng.lognormal(5.6, 0.7, size=docs).astype(np.int64), 5, 4_000)
+    ids = rng.choice(len(words), size=int(lengths.sum()), p=p)
+    vocab = np.array(words, dtype=object)
+    stream = vocab[ids]
+    ends = np.cumsum(lengths)
+    lines = []
+    start = 0
+    for i, end in enumerate(ends.tolist()):
+        record = {
+            "id": number * docs + i,
+            "text": " ".join(stream[start:end]),
+            "source": f"part-{number:05d}",
+            "score": round((i % 997) / 997, 4),
+        }
+        lines.append(json.dumps(record))
+        start = end
+    data = ("\n".join(lines) + "\n").encode()
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(data)
+    tmp.rename(path)
+    return len(data)
+
+
+def make_jsonl_corpus(root: Path, files: int, seed: int) -> dict:
+    """``files`` JSONL files of JSONL_DOCS_PER_FILE documents (reused when already made)."""
+    params = {"version": JSONL_VERSION, "files": files, "docs": JSONL_DOCS_PER_FILE, "seed": seed}
+    stamp = root / ".bench-corpus.json"
+    if stamp.exists():
+        saved = json.loads(stamp.read_text())
+        if saved.get("params") == params:
+            return saved
+        shutil.rmtree(root)
+    root.mkdir(parents=True, exist_ok=True)
+    words, p = _word_pool(seed)
+    total = sum(
+        write_jsonl_file(root / f"part-{n:05d}.jsonl", seed, n, JSONL_DOCS_PER_FILE, words, p)
+        for n in range(files)
+    )
+    info = {
+        "params": params,
+        "files": files,
+        "samples": files * JSONL_DOCS_PER_FILE,
+        "bytes": total,
+    }
+    stamp.write_text(json.dumps(info))
+    return info
+
+
+def link_subset(big: Path, small: Path, keep) -> tuple[int, int]:
+    """Hard-link the files of ``big`` that ``keep(relative path)`` accepts into ``small``."""
+    if small.exists():
+        shutil.rmtree(small)
+    count = size = 0
+    for dirpath, _, names in os.walk(big):
+        for name in names:
+            if name.startswith("."):
+                continue
+            src = Path(dirpath) / name
+            rel = src.relative_to(big)
+            if not keep(rel):
+                continue
+            dst = small / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            os.link(src, dst)
+            count += 1
+            size += src.stat().st_size
+    return count, size
+
+
+@dataclass
+class Corpus:
+    kind: str
+    scale: int  # 1 or the --scale factor
+    root: Path
+    samples: int
+    bytes: int
+
+
+def make_corpora(kind: str, base: int, scale: int, workdir: Path, seed: int) -> list[Corpus]:
+    """The ``scale``x corpus (generated or reused) and its 1x subset (hard links)."""
+    big, small = workdir / f"{kind}-x{scale}", workdir / f"{kind}-x1"
+    if kind == "image":
+        info = bench_convert.make_corpus(
+            big, base * scale, IMAGE["classes"], IMAGE["min_kb"], IMAGE["max_kb"], seed
+        )
+        big_samples = info["files"]
+        # img_NNNNNN.jpg with NNNNNN < base: the first `base` images, in their class dirs
+        count, size = link_subset(big, small, lambda rel: int(rel.stem.split("_")[1]) < base)
+        small_samples = count
+    else:
+        info = make_jsonl_corpus(big, base * scale, seed)
+        big_samples = info["samples"]
+        count, size = link_subset(big, small, lambda rel: int(rel.stem.split("-")[1]) < base)
+        small_samples = count * JSONL_DOCS_PER_FILE
+    return [
+        Corpus(kind, 1, small, small_samples, size),
+        Corpus(kind, scale, big, big_samples, info["bytes"]),
+    ]
+
+
+# --------------------------------------------------------------------------------------------------
+# Runs
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    wall_s: float
+    cpu_s: float
+    peak_rss_bytes: int
+    tree_rss_bytes: int
+    summary_s: float | None
+    shards: int
+
+
+@dataclass
+class Size:
+    corpus: Corpus
+    runs: list[Run] = field(default_factory=list)
+
+    @property
+    def peak_rss(self) -> int:
+        return max(r.peak_rss_bytes for r in self.runs)
+
+    @property
+    def tree_rss(self) -> int:
+        return max(r.tree_rss_bytes for r in self.runs)
+
+    @property
+    def wall(self) -> float:
+        return statistics.median(r.wall_s for r in self.runs)
+
+    @property
+    def cpu(self) -> float:
+        return statistics.median(r.cpu_s for r in self.runs)
+
+
+def convert_cmd(corpus: Corpus, dst: Path, extra: list[str]) -> list[str]:
+    cmd = [sys.executable, "-m", "shardfeed.cli.main", "convert", str(corpus.root), str(dst)]
+    if corpus.kind == "image":
+        cmd += ["--from", "imagefolder", "--validate", "header"]
+    else:
+        cmd += ["--from", "jsonl"]
+    return [*cmd, "--json", *extra]
+
+
+def run_once(corpus: Corpus, work: Path, extra: list[str], timeout: float, tag: str) -> Run:
+    """One measured conversion into a fresh DST, checked with ``shardfeed inspect``."""
+    dst = work / "dst"
+    shutil.rmtree(dst, ignore_errors=True)
+    logs = work / "logs"
+    logs.mkdir(exist_ok=True)
+    result, out, err = (logs / f"{tag}.{ext}" for ext in ("json", "out", "err"))
+    cmd = convert_cmd(corpus, dst, extra)
+    measurer = [sys.executable, bench_convert.__file__, "_measure", str(result), str(out), str(err)]
+    print(f"bench: {tag}: {' '.join(cmd)}", file=sys.stderr, flush=True)
+    try:
+        subprocess.run([*measurer, "--", *cmd], check=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise SystemExit(f"bench: {tag} took longer than {timeout:.0f} s; logs in {logs}") from None
+    m = json.loads(result.read_text())
+    if m["rc"] != 0:
+        tail = err.read_text(errors="replace")[-4000:]
+        raise SystemExit(f"bench: {tag} exited {m['rc']}:\n{tail}")
+    samples, extra_info = bench_convert.verify("shardfeed", dst, corpus.samples, out.read_text())
+    if samples != corpus.samples:
+        raise SystemExit(f"bench: {tag} wrote {samples} samples, expected {corpus.samples}")
+    shutil.rmtree(dst, ignore_errors=True)
+    return Run(
+        m["wall_s"],
+        m["cpu_s"],
+        m["peak_rss_bytes"],
+        m["tree_rss_bytes"],
+        extra_info.get("summary_seconds"),
+        extra_info.get("shards", 0),
+    )
+
+
+def fmt_table(sizes: list[Size]) -> str:
+    head = (
+        "corpus",
+        "size",
+        "samples",
+        "input MB",
+        "shards",
+        "runs",
+        "wall s",
+        "cpu s",
+        "peak RSS MB",
+        "tree RSS MB",
+        "wall s (each)",
+        "peak RSS MB (each)",
+    )
+    rows = [head]
+    for s in sizes:
+        c = s.corpus
+        rows.append(
+            (
+                c.kind,
+                f"{c.scale}x",
+                f"{c.samples:,}",
+                f"{c.bytes / 1e6:,.0f}",
+                str(s.runs[0].shards),
+                str(len(s.runs)),
+                f"{s.wall:.1f}",
+                f"{s.cpu:.1f}",
+                f"{s.peak_rss / 1e6:.0f}",
+                f"{s.tree_rss / 1e6:.0f}",
+                " ".join(f"{r.wall_s:.1f}" for r in s.runs),
+                " ".join(f"{r.peak_rss_bytes / 1e6:.0f}" for r in s.runs),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    lines = []
+    for n, row in enumerate(rows):
+        lines.append(
+            "  ".join(
+                [row[0].ljust(widths[0])]
+                + [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
+            )
+        )
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=(
+            "Convert one generated corpus (image folder and/or JSONL) at 1x and 4x its size with "
+            "`shardfeed convert` and report peak RSS and wall time per size. Prints a table, then as "
+            'the last line a JSON object {"rss_growth": r, "time_growth": t, ...}. '
+            "Run it through scripts/bench_memory.sh, which sets up .venv."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"1x = {QUICK['image']:,} images (~260 MB) / {QUICK['jsonl']} JSONL files (~250 MB), "
+        "image runs twice per size and jsonl once, under 3 minutes; default (full): "
+        f"1x = {FULL['image']:,} images / {FULL['jsonl']} JSONL files (~620 MB each), twice each",
+    )
+    parser.add_argument(
+        "--kinds", default=",".join(KINDS), help="comma-separated subset of: " + ", ".join(KINDS)
+    )
+    parser.add_argument("--scale", type=int, default=4, help="the larger size, as a multiple of 1x")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        help="runs per size and kind (default: quick 2 for image and 1 for jsonl; full 2)",
+    )
+    parser.add_argument("--image-files", type=int, help="1x image count (overrides the preset)")
+    parser.add_argument(
+        "--jsonl-files", type=int, help="1x JSONL file count (overrides the preset)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="corpus seed")
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        help="where corpora and outputs go (default: a new directory under out/bench, removed at the "
+        "end unless --keep); corpora already there, made with the same parameters, are reused",
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds allowed per run")
+    parser.add_argument(
+        "convert_args",
+        nargs="*",
+        help="extra flags for every convert after `--`, e.g. -- "
+        "--direct_running_mode=multi_processing --direct_num_workers=2",
+    )
+    args = parser.parse_args(argv)
+
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    if set(kinds) - set(KINDS) or not kinds:
+        parser.error(f"--kinds takes a subset of {', '.join(KINDS)}")
+    if args.scale < 2:
+        parser.error("--scale must be at least 2")
+    preset = dict(QUICK if args.quick else FULL)
+    if args.image_files:
+        preset["image"] = args.image_files
+    if args.jsonl_files:
+        preset["jsonl"] = args.jsonl_files
+    repeats = {k: args.repeat or (1 if args.quick and k == "jsonl" else 2) for k in kinds}
+
+    if args.workdir:
+        workdir, temporary = args.workdir.resolve(), False
+        workdir.mkdir(parents=True, exist_ok=True)
+    else:
+        (REPO / "out" / "bench").mkdir(parents=True, exist_ok=True)
+        workdir = Path(tempfile.mkdtemp(prefix="bench-memory-", dir=REPO / "out" / "bench"))
+        temporary = True
+
+    started = time.perf_counter()
+    load_before = os.getloadavg()
+    results: dict[str, list[Size]] = {}
+    generate_s = 0.0
+    try:
+        for kind in kinds:
+            t0 = time.perf_counter()
+            corpora = make_corpora(kind, preset[kind], args.scale, workdir / "corpora", args.seed)
+            generate_s += time.perf_counter() - t0
+            sizes = [Size(c) for c in corpora]
+            print(
+                f"bench: {kind}: "
+                + ", ".join(
+                    f"{c.scale}x {c.samples:,} samples {c.bytes / 1e6:,.0f} MB" for c in corpora
+                )
+                + f" ({time.perf_counter() - t0:.1f} s to make or reuse)",
+                file=sys.stderr,
+                flush=True,
+            )
+            for rep in range(repeats[kind]):
+                for size in sizes:
+                    tag = f"{kind}-x{size.corpus.scale}-run{rep + 1}"
+                    size.runs.append(
+                        run_once(size.corpus, workdir, args.convert_args, args.timeout, tag)
+                    )
+            results[kind] = sizes
+    finally:
+        if temporary and not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    load_after = os.getloadavg()
+    seconds = time.perf_counter() - started
+
+    per_kind: dict[str, dict] = {}
+    for kind, (one, big) in results.items():
+        per_kind[kind] = {
+            "rss_growth": round(big.peak_rss / one.peak_rss, 3),
+            "time_growth": round(big.wall / one.wall, 3),
+            "data_growth": round(big.corpus.bytes / one.corpus.bytes, 3),
+            "tree_rss_growth": round(big.tree_rss / one.tree_rss, 3),
+            "peak_rss_mb": [round(one.peak_rss / 1e6, 1), round(big.peak_rss / 1e6, 1)],
+            "wall_s": [round(one.wall, 2), round(big.wall, 2)],
+            "samples": [one.corpus.samples, big.corpus.samples],
+            "input_mb": [round(one.corpus.bytes / 1e6, 1), round(big.corpus.bytes / 1e6, 1)],
+            "runs": len(one.runs),
+            "rss_per_extra_sample_bytes": round(
+                (big.peak_rss - one.peak_rss) / (big.corpus.samples - one.corpus.samples), 1
+            ),
+        }
+    rss_growth = max(v["rss_growth"] for v in per_kind.values())
+    time_growth = max(v["time_growth"] for v in per_kind.values())
+
+    print()
+    print(
+        f"shardfeed convert at 1x and {args.scale}x, default 100 MB target shards, in-process runner"
+        + (f" + {' '.join(args.convert_args)}" if args.convert_args else "")
+        + f"; {os.cpu_count()} cores; Python {sys.version.split()[0]}"
+    )
+    print(
+        "peak RSS = largest single-process peak of the convert's process tree (getrusage "
+        "RUSAGE_CHILDREN under a subreaper), the largest over the runs; tree RSS = largest sampled "
+        "sum over the tree (50 ms); wall = whole command, median over the runs; page cache warm"
+    )
+    print(
+        f"load average (1, 5, 15 min): {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f} "
+        f"before, {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f} after; "
+        f"{seconds:.0f} s in all ({generate_s:.0f} s making corpora)"
+    )
+    print()
+    print(fmt_table([s for sizes in results.values() for s in sizes]))
+    print()
+    for kind, v in per_kind.items():
+        print(
+            f"{kind}: rss_growth {v['rss_growth']:.3f}, time_growth {v['time_growth']:.3f} "
+            f"for {v['data_growth']:.2f}x the data ({v['rss_per_extra_sample_bytes']:+.0f} B of "
+            "peak RSS per extra sample)"
+        )
+    verdict = []
+    for name, value in (("rss_growth", rss_growth), ("time_growth", time_growth)):
+        met = "met" if value <= TARGETS[name] else "MISSED"
+        verdict.append(f"{name} {value:.3f} <= {TARGETS[name]} {met}")
+    print("targets (worst kind): " + "; ".join(verdict))
+    summary = {
+        "rss_growth": rss_growth,
+        "time_growth": time_growth,
+        "kinds": per_kind,
+        "scale": args.scale,
+        "quick": args.quick,
+        "convert_args": args.convert_args,
+        "rss": "max over runs of ru_maxrss (RUSAGE_CHILDREN)",
+        "time": "median wall over runs",
+        "seconds": round(seconds, 1),
+        "generate_seconds": round(generate_s, 1),
+        "cpus": os.cpu_count(),
+        "loadavg": [round(load_before[0], 2), round(load_after[0], 2)],
+    }
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

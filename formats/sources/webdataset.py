@@ -34,7 +34,8 @@ Inputs and layout:
   that names no sample, or ``offset:N`` for a broken archive; nothing is ever extracted, so
   nothing is written anywhere):
 
-  - ``path_escape``: an absolute or ``..`` member name, or a link whose target is one; a shard
+  - ``path_escape``: an absolute or ``..`` member name (also with ``\\`` or percent-encoded),
+    or a link whose target is one; a shard
     path that escapes the root;
   - ``member_unsupported``: any other link (symbolic or hard), a device, a FIFO, a sparse file or
     another non-regular member, or a member above ``max_member_bytes``; the whole sample goes;
@@ -62,6 +63,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -337,7 +339,11 @@ def _refusal(info: tarfile.TarInfo, max_member: int) -> RejectError | None:
     """Why a member is refused, or None for a regular file or directory."""
     name = _printable(info.name)
     if _escapes(info.name):
-        return RejectError("path_escape", f"member name {name!r} is absolute or has a '..' part")
+        return RejectError(
+            "path_escape",
+            f"member name {name!r} is absolute or has a '..' part (also with backslashes or "
+            "percent-encoded)",
+        )
     if info.issym() or info.islnk():
         what = "symbolic link" if info.issym() else "hard link"
         target = _printable(info.linkname)
@@ -368,7 +374,25 @@ def _refusal(info: tarfile.TarInfo, max_member: int) -> RejectError | None:
 
 
 def _escapes(path: str) -> bool:
-    return path.startswith("/") or ".." in path.split("/")
+    """Absolute (``/x``, ``C:x``), or with a ``..`` part split at ``/`` or ``\\``, also once
+    percent-decoded: what an extractor on any system, or one that decodes names, would follow."""
+    for form in _decoded(path):
+        if form.startswith(("/", "\\")) or form[1:2] == ":" or "\x00" in form:
+            return True
+        if ".." in form.replace("\\", "/").split("/"):
+            return True
+    return False
+
+
+def _decoded(path: str) -> list[str]:
+    """``path`` and its percent-decodings (at most a few; ``%252e`` decodes twice)."""
+    forms = [path]
+    while "%" in forms[-1] and len(forms) < 4:
+        decoded = unquote(forms[-1], errors="surrogateescape")
+        if decoded == forms[-1]:
+            break
+        forms.append(decoded)
+    return forms
 
 
 def _escapes_from(name: str, target: str) -> bool:

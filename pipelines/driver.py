@@ -172,7 +172,7 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
         )
     media = (
         {"media_hook": config.image_policy()}
-        if kind in ("imagefolder", "parquet", "webdataset")
+        if kind in ("imagefolder", "parquet", "webdataset", "lerobot")
         else {}
     )
     source = open_source(stores.src, kind, **media, **config.source_options)

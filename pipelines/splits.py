@@ -82,7 +82,7 @@ def run_split_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> C
         kind = kinds[names[0]]
     media = (
         {"media_hook": config.image_policy()}
-        if kind in ("imagefolder", "parquet", "webdataset")
+        if kind in ("imagefolder", "parquet", "webdataset", "lerobot")
         else {}
     )
     sources = [open_source(src, kind, **media, **config.source_options) for _, src in config.splits]

@@ -47,14 +47,14 @@ from shardfeed.formats.layout import INFO_PATH, TASKS_PATH
 from shardfeed.formats.meta_writer import EpisodeVideo, file_record
 from shardfeed.formats.payload import table_row_bytes
 from shardfeed.formats.sources import lerobot_v21 as v21
-from shardfeed.formats.sources.base import DatasetMeta, ScanResult, UnitRef
+from shardfeed.formats.sources.base import DatasetMeta, MediaHook, ScanResult, UnitRef
 from shardfeed.formats.storage import Location, locate
 from shardfeed.schemas.errors import SchemaError, ShardfeedError, UnsafePathError
 from shardfeed.schemas.features import Feature, FeatureSpec
 from shardfeed.schemas.info import DEFAULT_VIDEO_PATH, Info
 from shardfeed.schemas.manifest import FileRecord
 from shardfeed.schemas.paths import check_relative_path
-from shardfeed.schemas.rejects import RejectRecord
+from shardfeed.schemas.rejects import RejectError, RejectRecord
 
 SUPPORTED_VERSIONS = ("v2.1", "v3.0")
 EPISODES_DIR = "meta/episodes"
@@ -140,7 +140,12 @@ class LeRobotSource:
         *,
         drop_videos: bool = False,
         filesystem: pafs.FileSystem | None = None,
+        media_hook: MediaHook | None = None,
     ) -> None:
+        """``media_hook`` (the pipeline's ``ImagePolicy``) validates every frame of the ``image``
+        features while scanning; an episode with a bad frame is a reject with the hook's reason.
+        Only validation: its output is not used, so LeRobot frames are stored as they are."""
+        self.media_hook = media_hook
         self.location: Location = locate(root, filesystem)
         self.root: str = self.location.root if self.location.is_local else self.location.display
         self.drop_videos = drop_videos
@@ -485,7 +490,8 @@ class LeRobotSource:
         disagree with episode metadata, an episode missing from metadata or from the data, rows of
         one episode not contiguous), ``field_missing``/``field_type`` (a spec column absent, or not
         castable to the spec's type, e.g. a list whose length is not the declared shape),
-        ``path_escape`` and ``io_error`` for whole files, and for each kept video feature
+        ``path_escape`` and ``io_error`` for whole files, the media hook's ``image_*`` for an
+        episode with a bad frame in an ``image`` feature, and for each kept video feature
         ``video_corrupt``/``video_mismatch``/``video_incompatible`` (see :meth:`_video_problems`).
         """
         result = ScanResult()
@@ -564,6 +570,10 @@ class LeRobotSource:
                     RejectRecord(file, position, "field_type", f"episode {n}: {err}")
                 )
                 continue
+            bad_frame = self._bad_frame(piece, spec, n)
+            if bad_frame is not None:
+                result.rejects.append(RejectRecord(file, position, *bad_frame))
+                continue
             result.units.append(
                 UnitRef(
                     file=file,
@@ -596,6 +606,27 @@ class LeRobotSource:
                     )
                 )
         return result
+
+    def _bad_frame(
+        self, piece: pa.Table, spec: FeatureSpec, episode: int
+    ) -> tuple[str, str] | None:
+        """``(reason, message)`` for the first frame of an ``image`` feature that the media hook
+        refuses (the writer decodes frames for camera stats, so a bad one must not get that far)."""
+        if self.media_hook is None:
+            return None
+        for feature in spec.stored:
+            if feature.dtype != "image":
+                continue
+            frames = pc.struct_field(piece.column(feature.name), "bytes").to_pylist()
+            for row, data in enumerate(frames):
+                if data is None:
+                    continue
+                try:
+                    self.media_hook(data)
+                except RejectError as err:
+                    where = f"episode {episode}, {feature.name!r} frame {row}"
+                    return err.reason, f"{where}: {err.message}"
+        return None
 
     def _video_problems(self, refs: Sequence[UnitRef]) -> dict[int, tuple[str, str]]:
         """episode -> ``(reason, message)`` for the episodes of ``refs`` whose videos would not

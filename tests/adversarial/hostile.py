@@ -655,6 +655,18 @@ def lerobot_no_episode_column(root: Path, outside: Path) -> Written:
     return Written([Expect(_data(6), "", "field_missing")], spoiled={"episode:6"})
 
 
+def lerobot_corrupt_frame(root: Path, outside: Path) -> Written:
+    """Frame 1 of episode 8's image feature is a truncated PNG (the other frames are fine)."""
+    table = _episode(8)
+    frames = table.column(CAMERA).to_pylist()
+    frames[1] = {"bytes": image_bytes("PNG", size=(64, 64))[:-300], "path": None}
+    column = pa.array(frames, IMAGE_ARROW_TYPE)
+    pq.write_table(
+        table.set_column(table.schema.get_field_index(CAMERA), CAMERA, column), root / _data(8)
+    )
+    return Written([Expect(_data(8), "episode:8", "image_truncated")], spoiled={"episode:8"})
+
+
 def lerobot_symlink(root: Path, outside: Path) -> Written:
     """Episode 7's data file is a link to a good copy of it outside the root."""
     path = root / _data(7)
@@ -918,6 +930,7 @@ KINDS: dict[str, Kind] = {
     "lerobot_unknown_task": Kind("lerobot", lerobot_unknown_task, "episode_inconsistent"),
     "lerobot_feature_shape": Kind("lerobot", lerobot_feature_shape, "field_type"),
     "lerobot_no_episode_column": Kind("lerobot", lerobot_no_episode_column, "field_missing"),
+    "lerobot_corrupt_frame": Kind("lerobot", lerobot_corrupt_frame, "image_truncated"),
     "symlink_escape_lerobot_data": Kind("lerobot", lerobot_symlink, "path_escape"),
 }
 

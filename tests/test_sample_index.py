@@ -97,7 +97,13 @@ def assert_sample_index_is_right(root: Path) -> np.ndarray:
 
 
 def replace_manifest(root: Path, manifest: Manifest, **changes) -> Manifest:
+    """Rewrite the manifest with ``changes`` and the fingerprint a writer would give it
+    (``verify`` recomputes it)."""
     updated = dataclasses.replace(manifest, **changes)
+    fingerprint = compute_fingerprint(
+        [s.sha256 for s in updated.shards], updated.provenance.content_options, updated.files
+    )
+    updated = dataclasses.replace(updated, fingerprint=fingerprint)
     (root / MANIFEST_PATH).write_text(updated.dumps())
     return updated
 

@@ -224,6 +224,8 @@ def test_rejects_are_exactly_the_expected_ones(runs: Callable[[str], Run], sourc
 
 @pytest.mark.parametrize("source", SOURCES)
 def test_every_good_record_arrives_once(runs: Callable[[str], Run], source: str) -> None:
+    """Hostile neighbours cost nothing else: every good record (also those before a break in the
+    same file) is in the shards exactly once, and the run published."""
     run = runs(source)
     assert sorted(run.good_out) == sorted(run.corpus.good)
     assert run.summary["published"] is True
@@ -246,6 +248,7 @@ def test_nothing_outside_dst_is_written_changed_or_followed(
 
 @pytest.mark.parametrize("source", SOURCES)
 def test_the_dataset_verifies(runs: Callable[[str], Run], source: str) -> None:
+    """``shardfeed verify`` accepts the result: shards, reject files and manifest agree."""
     run = runs(source)
     with contextlib.redirect_stdout(io.StringIO()):
         assert main(["verify", str(run.dst)]) == 0

@@ -42,7 +42,12 @@ from shardfeed.formats.sample_index import (
 from shardfeed.formats.verify import verify_dataset
 from shardfeed.pipelines.convert import reusable_outcome
 from shardfeed.schemas import Feature, FeatureSpec, ShardfeedError
-from shardfeed.schemas.manifest import MANIFEST_PATH, SAMPLE_INDEX_PATH, Manifest
+from shardfeed.schemas.manifest import (
+    MANIFEST_PATH,
+    SAMPLE_INDEX_PATH,
+    Manifest,
+    compute_fingerprint,
+)
 
 # --------------------------------------------------------------------------------------------
 # helpers
@@ -431,6 +436,9 @@ def test_a_dataset_from_before_costs_says_to_reconvert(small_dataset):
     record = write_sample_index(str(root), [sizes])
     files = tuple(record if f.path == SAMPLE_INDEX_PATH else f for f in manifest.files)
     old = dataclasses.replace(manifest, files=files, cost=None)
+    content = old.provenance.content_options  # the fingerprint its writer would have given it
+    fingerprint = compute_fingerprint([s.sha256 for s in old.shards], content, files)
+    old = dataclasses.replace(old, fingerprint=fingerprint)
     (root / MANIFEST_PATH).write_text(old.dumps())
     with pytest.raises(SampleCostMissingError, match=r"records no per-sample cost.*re-run"):
         read_sample_cost(root)

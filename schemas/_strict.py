@@ -93,11 +93,36 @@ def parse_version(value: str, field: str, supported_major: int) -> tuple[int, in
     return major, minor
 
 
+_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]|[\ud800-\udfff]")
+_SURROGATE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def check_unicode(value: Any, where: str = "") -> None:
+    """Refuse a lone surrogate (JSON allows ``"\\ud800"``) in any key or string of a decoded
+    document: it cannot be written as UTF-8, so it would fail later, far from the parser."""
+    stack = [(value, where)]
+    while stack:
+        node, field = stack.pop()
+        if isinstance(node, str):
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError as err:
+                raise SchemaError(
+                    field or "<root>", f"is not valid Unicode ({err.reason} at {err.start})"
+                ) from None
+        elif isinstance(node, dict):
+            for key, child in node.items():
+                path = f"{field}.{key}" if field else str(key)
+                stack += [(child, path), (key, field or "<root>")]  # the key is checked first
+        elif isinstance(node, list):
+            stack += [(child, f"{field}[{i}]") for i, child in enumerate(node)]
+
+
 def load_document(text: str | bytes, source: str, parse: Callable[[Any], T]) -> T:
     """Parse a JSON document with ``parse``; errors name the file and the field.
 
     Raises only :class:`SchemaError` (``UnsafePathError`` for a path), also for bytes that are
-    not UTF-8 or nest too deeply for the JSON decoder.
+    not UTF-8, nest too deeply for the JSON decoder, or hold a lone surrogate.
     """
     try:
         obj = json.loads(text)
@@ -106,6 +131,9 @@ def load_document(text: str | bytes, source: str, parse: Callable[[Any], T]) -> 
     except RecursionError:
         raise SchemaError("<root>", "not valid JSON (nested too deeply)", source=source) from None
     try:
+        pattern = _SURROGATE if isinstance(text, str) else _SURROGATE_BYTES
+        if pattern.search(text):  # only an escape (or a str) can hold a lone surrogate
+            check_unicode(obj)
         return parse(obj)
     except SchemaError as err:
         raise err.with_source(source) from None

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardfeed.schemas._strict import get, non_negative, require_object
+from shardfeed.schemas._strict import check_unicode, get, non_negative, require_object
 from shardfeed.schemas.errors import SchemaError
 from shardfeed.schemas.features import FeatureSpec
 from shardfeed.schemas.paths import check_relative_path
@@ -42,7 +42,7 @@ class Info:
     """LeRobot v3.0 dataset info. ``fps`` is 0 for data that is not a time series.
 
     ``from_json`` raises only :class:`SchemaError` naming the field (``UnsafePathError`` for an
-    unsafe path template); NaN and infinite numbers are refused.
+    unsafe path template); NaN, infinite numbers and lone surrogates are refused.
     """
 
     features: FeatureSpec
@@ -106,6 +106,7 @@ class Info:
     @classmethod
     def _from_json(cls, obj: Any) -> Info:
         obj = require_object(obj, "")
+        check_unicode(obj)  # a lone surrogate would fail where the info is written or used
         version = get(obj, "codebase_version", str, "")
         if version != CODEBASE_VERSION:
             raise SchemaError("codebase_version", f"expected {CODEBASE_VERSION!r}, got {version!r}")

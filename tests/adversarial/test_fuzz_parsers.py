@@ -441,6 +441,7 @@ def _info_doc(corpus: Corpus) -> dict:
 @FUZZ
 @given(edits=EDITS)
 @example(edits=[(0, "set", _deep(100_000, "{"))])  # RecursionError escaped the reader's _json
+@example(edits=[("robot_type", "set", "\ud800")])  # accepted; failed when written as UTF-8
 @example(edits=[("fps", "set", float("nan"))])  # fps NaN was accepted
 @example(edits=[("fps", "set", float("inf"))])  # fps Infinity was accepted
 @example(edits=[("data_files_size_in_mb", "set", float("nan"))])  # accepted too
@@ -995,7 +996,9 @@ def _tar(members: list[tuple[str, bytes, bytes, str]], gz: bool) -> bytes:
         fileobj=out, mode="w:gz" if gz else "w", format=tarfile.PAX_FORMAT, errors="surrogateescape"
     ) as archive:
         for name, kind, data, link in members:
-            info = tarfile.TarInfo(name or "x")
+            # a lone surrogate goes in as the invalid UTF-8 bytes it stands for
+            raw = (name or "x").encode("utf-8", "surrogatepass")
+            info = tarfile.TarInfo(raw.decode("utf-8", "surrogateescape"))
             info.type = kind
             info.linkname = link
             if kind == tarfile.REGTYPE:

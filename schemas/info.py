@@ -62,12 +62,12 @@ class Info:
     def __post_init__(self) -> None:
         if self.chunks_size < 1:
             raise SchemaError("chunks_size", f"must be >= 1, got {self.chunks_size}")
-        if not 0 <= self.fps < math.inf:  # also refuses NaN, which json.loads accepts
+        if not (_finite(self.fps) and self.fps >= 0):  # NaN, inf, or an int no float holds
             raise SchemaError(
                 "fps", f"must be finite and >= 0 (0 means not a time series), got {self.fps}"
             )
         for name in ("data_files_size_in_mb", "video_files_size_in_mb"):
-            if not 0 < getattr(self, name) < math.inf:
+            if not (_finite(getattr(self, name)) and getattr(self, name) > 0):
                 raise SchemaError(name, f"must be finite and > 0, got {getattr(self, name)}")
         _check_template("data_path", self.data_path, ("{chunk_index", "{file_index"))
         if self.video_path is not None:
@@ -142,6 +142,14 @@ class Info:
             ),
             codebase_version=version,
         )
+
+
+def _finite(value: float) -> bool:
+    """Whether ``value`` is a finite number a float can hold (JSON integers are unbounded)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _check_template(field: str, template: str, placeholders: tuple[str, ...]) -> None:

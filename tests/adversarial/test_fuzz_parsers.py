@@ -445,6 +445,7 @@ def _info_doc(corpus: Corpus) -> dict:
 @example(edits=[("fps", "set", float("nan"))])  # fps NaN was accepted
 @example(edits=[("fps", "set", float("inf"))])  # fps Infinity was accepted
 @example(edits=[("data_files_size_in_mb", "set", float("nan"))])  # accepted too
+@example(edits=[("fps", "set", 10**400)])  # accepted; float(fps) raised OverflowError
 def test_info_parser(corpus: Corpus, edits) -> None:
     """Info.from_json raises only SchemaError naming an info field; what it accepts has finite,
     non-negative numbers and an Arrow schema."""

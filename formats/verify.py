@@ -1,7 +1,8 @@
 """Verify a dataset against its manifest: every listed file's size and sha256, shard row counts,
-the sample index's row count, record framing and CRCs of record-framed shards (TFRecord) when
-hashing, no unlisted files under ``data/`` or ``videos/``, and no temporary
-leftovers anywhere."""
+the sample index's row count and per-shard sums, record framing and CRCs of record-framed shards
+(TFRecord) when hashing, the manifest's fingerprint against its own records, each assignment
+(planned for this dataset, its table's size and sha256), no unlisted files under ``data/`` or
+``videos/``, and no temporary leftovers anywhere."""
 
 from __future__ import annotations
 

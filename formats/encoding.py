@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from shardfeed.formats.group_checksums import ChecksummingSink, GroupChecksums
 from shardfeed.schemas.features import FeatureSpec
 
 ZSTD_LEVEL = 3
@@ -66,11 +67,23 @@ class ShardEncoding(Protocol):
 class _ParquetShardFile:
     def __init__(self, source) -> None:
         # a local path is memory-mapped; object stores pass an open pyarrow input file
+        self._map = pa.memory_map(source) if isinstance(source, str) else None
+        handle = self._map if self._map is not None else source
+        # the whole mapping as one zero-copy buffer: slices of it are thread-safe and copy
+        # nothing (``read_at`` would copy each range into a new bytes object)
+        self._bytes = self._map.read_buffer() if self._map is not None else None
+        metadata = pq.read_metadata(handle)
+        # a local shard whose writer recorded row-group CRC32Cs is checked with those (fast,
+        # and before decoding); otherwise, or on an object store, with Parquet's page CRCs
+        self._checksums = None
+        if self._map is not None:
+            extents = [_extent(metadata.row_group(g)) for g in range(metadata.num_row_groups)]
+            self._checksums = GroupChecksums.from_metadata(metadata.metadata, extents)
         self._file = pq.ParquetFile(
-            source,
-            memory_map=isinstance(source, str),
+            handle,
+            metadata=metadata,
             pre_buffer=True,
-            page_checksum_verification=True,
+            page_checksum_verification=self._checksums is None,
         )
 
     @property
@@ -87,21 +100,29 @@ class _ParquetShardFile:
         return self._file.schema_arrow
 
     def group_extent(self, index: int) -> tuple[int, int]:
-        group = self._file.metadata.row_group(index)
-        start, end = None, 0
-        for i in range(group.num_columns):
-            chunk = group.column(i)
-            first = chunk.data_page_offset
-            if chunk.has_dictionary_page and chunk.dictionary_page_offset is not None:
-                first = min(first, chunk.dictionary_page_offset)
-            start = first if start is None else min(start, first)
-            end = max(end, first + chunk.total_compressed_size)
-        return (start or 0), end
+        return _extent(self._file.metadata.row_group(index))
 
     def read_row_groups(self, indices: Sequence[int], columns: Sequence[str] | None) -> pa.Table:
+        if self._checksums is not None:
+            for g in indices:  # the whole range, whichever columns are read
+                start, end = self._checksums.span(g)
+                self._checksums.check(g, self._bytes.slice(start, end - start))
         return self._file.read_row_groups(
             list(indices), columns=list(columns) if columns is not None else None, use_threads=True
         )
+
+
+def _extent(group: pq.RowGroupMetaData) -> tuple[int, int]:
+    """Byte range ``[start, end)`` of a row group's column chunks, from the footer."""
+    start, end = None, 0
+    for i in range(group.num_columns):
+        chunk = group.column(i)
+        first = chunk.data_page_offset
+        if chunk.has_dictionary_page and chunk.dictionary_page_offset is not None:
+            first = min(first, chunk.dictionary_page_offset)
+        start = first if start is None else min(start, first)
+        end = max(end, first + chunk.total_compressed_size)
+    return (start or 0), end
 
 
 class ParquetEncoding:
@@ -115,8 +136,9 @@ class ParquetEncoding:
         self, sink: BinaryIO, schema: pa.Schema, groups: Iterable[pa.Table], spec: FeatureSpec
     ) -> None:
         compression, no_dictionary = self._column_options(spec)
+        checksummed = ChecksummingSink(sink)
         with pq.ParquetWriter(
-            sink,
+            checksummed,
             schema,
             compression=compression,
             compression_level={
@@ -129,8 +151,11 @@ class ParquetEncoding:
             store_schema=True,
         ) as writer:
             for table in groups:
-                # one call per planned group; a row_group_size >= len keeps it one row group
+                # one call per planned group; a row_group_size >= len keeps it one row group,
+                # written out in full before the call returns (so a mark ends its range)
                 writer.write_table(table, row_group_size=max(1, table.num_rows))
+                checksummed.mark()
+            writer.add_key_value_metadata(checksummed.metadata())
 
     def open(self, source, context: ShardContext | None = None) -> ShardFile:
         return _ParquetShardFile(source)

@@ -90,7 +90,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-CORPUS_VERSION = 2
+CORPUS_VERSION = 3
 BATCH = 256
 PAGE = 4096  # the consumer touches one byte per page of every buffer it gets
 SHARD_BYTES = 100_000_000  # 100 MB: the shard target of every sharded system

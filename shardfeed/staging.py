@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import pyarrow.fs as pafs
 
 from shardfeed.dataset_source import DatasetSource
-from shardfeed.formats.atomic import atomic_write_bytes, is_temp_name
+from shardfeed.formats.atomic import TMP_MARKER, atomic_write_bytes, is_temp_name
 from shardfeed.formats.reader import Dataset
 from shardfeed.formats.tier_copy import Target, copy_if_needed, remove_temporaries
 from shardfeed.planning.staging import CopyTask, StagePlan, TierPlan, plan_staging
@@ -245,6 +245,32 @@ def _record(
     if not source.location.is_local:
         return
     path = os.path.join(source.location.root, LOCATIONS_PATH)
+    with _locations_lock(path):
+        _record_locked(source, config, staging, report, path)
+
+
+@contextlib.contextmanager
+def _locations_lock(path: str) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on locations.json's directory while it is rewritten, and
+    first delete the temporary a killed run left there: a stray ``.locations.json.tmp-…`` in
+    the source's meta/ fails ``verify`` of the source (tests/adversarial/test_crash_injection.py).
+    Under the lock no other stage is mid-write, and concurrent records no longer lose updates."""
+    directory, name = os.path.split(path)
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        for entry in os.listdir(directory):
+            if is_temp_name(entry) and entry.startswith(f".{name}{TMP_MARKER}"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(directory, entry))
+        yield
+    finally:
+        os.close(fd)
+
+
+def _record_locked(
+    source: DatasetSource, config: TierConfig, staging: StagePlan, report: StageReport, path: str
+) -> None:
     locations = _existing_locations(source, path)
     order = {name: i for i, name in enumerate(config.names)}
     name = os.path.basename(source.location.root.rstrip("/"))

@@ -179,6 +179,8 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
     meta = source.meta()
     dst = stores.dst  # an object-store DST is built in a local scratch directory, then uploaded
     takeover = _only_leftovers(dst) and (stores.target is not None or not config.overwrite)
+    if config.overwrite and stores.target is None:
+        _mark_interrupted(dst)
     stores.prepare(config.overwrite, takeover)
     options = DatasetOptions(
         tasks=meta.tasks,
@@ -334,6 +336,14 @@ def _only_leftovers(dst: str) -> bool:
     return os.path.isdir(os.path.join(dst, WORK_DIR)) and not os.path.exists(
         os.path.join(dst, MANIFEST_PATH)
     )
+
+
+def _mark_interrupted(dst: str) -> None:
+    """Before ``--overwrite`` removes a published dataset, give DST a work directory: a run
+    killed while the old files go then leaves an interrupted run's DST, which the plain command
+    takes over, not loose files it refuses (tests/adversarial/test_crash_injection.py)."""
+    if os.path.exists(os.path.join(dst, MANIFEST_PATH)):
+        os.makedirs(os.path.join(dst, WORK_DIR), exist_ok=True)
 
 
 def _keep_finished_shards(dst: str, work: str) -> None:

@@ -7,13 +7,12 @@ import hashlib
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from adversarial.kill_harness import Moment, kill_at
 from staging_fixtures import dataset, final_files, tiers_toml
 
 from shardfeed.cli.main import main
@@ -155,17 +154,16 @@ def test_sigkill_at_random_moments_never_leaves_a_partial_file(tmp_path):
         "2",
     ]
     rng = random.Random(7)
+
+    def copying(started: float) -> bool:  # the copying began: the tier copy's root exists
+        return (tmp_path / "pfs/ds").exists()
+
     midway = 0  # kills that caught a copy in flight (a temporary file left behind)
     for _ in range(20):
         shutil_rmtree(tmp_path / "pfs")
         for _ in range(2):  # kill, resume-and-kill: a resume can be interrupted too
-            process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            started = time.monotonic()  # wait for the copying to begin, then kill at random
-            while not (tmp_path / "pfs/ds").exists() and time.monotonic() - started < 30:
-                time.sleep(0.005)
-            time.sleep(rng.uniform(0.0, 0.25))
-            process.send_signal(signal.SIGKILL)
-            process.wait()
+            # wait for the copying to begin, then kill at random (tests/adversarial/kill_harness.py)
+            kill_at(cmd, Moment("copy", "copy", rng.uniform(0.0, 0.25)), {"copy": copying})
             midway += any(is_temp_name(p.name) for p in (tmp_path / "pfs").rglob("*"))
             for rel, data in final_files(tmp_path / "pfs/ds").items():
                 assert hashlib.sha256(data).hexdigest() == expected[rel], (

@@ -154,9 +154,10 @@ def kill_at(
             due = time.monotonic() + moment.delay
             while process.poll() is None and (left := due - time.monotonic()) > 0:
                 time.sleep(min(POLL_SECONDS, left))
-            exited_first = process.poll() is not None
         finally:
             _kill_group(process)
+    # a run can end on its own between the last poll and the signal: only SIGKILL's status counts
+    exited_first = process.returncode != -signal.SIGKILL
     reached = tuple(name for name, held in probes.items() if held(started))
     return Kill(moment, exited_first, process.returncode, time.monotonic() - t0, reached)
 

@@ -103,8 +103,39 @@ def read_units(path: str) -> list[KeyedUnit]:
 
 def read_unit_tuples(path: str) -> list[tuple]:
     """A file's units as ``KeyedUnit.to_tuple()`` values, in source order, without building
-    objects (the write stage ships them through the shuffle as they are)."""
-    table = _read(path, UNIT_SCHEMA)
+    objects."""
+    return _unit_tuples(_read(path, UNIT_SCHEMA))
+
+
+def read_unit_table(path: str) -> pa.Table:
+    """A file's unit table as ``write_units`` wrote it (``UNIT_SCHEMA``, source order)."""
+    return _read(path, UNIT_SCHEMA)
+
+
+def write_unit_groups(path: str, table: pa.Table, groups: Sequence[np.ndarray]) -> None:
+    """Write the rows of unit table ``table`` as one record batch per group of row numbers (in
+    the given order), so ``read_unit_group`` reads one group without the others."""
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression="zstd")
+    with pa.ipc.new_file(sink, UNIT_SCHEMA, options=options) as writer:
+        for rows in groups:
+            (batch,) = table.take(pa.array(rows, pa.int64())).combine_chunks().to_batches()
+            writer.write_batch(batch)  # one batch per group (groups are never empty)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    atomic_write_bytes(path, sink.getvalue().to_pybytes(), durable=False)  # a re-run redoes it
+
+
+def read_unit_group(path: str, group: int) -> list[tuple]:
+    """Group ``group`` of a ``write_unit_groups`` file as ``KeyedUnit.to_tuple()`` values."""
+    with pa.OSFile(path) as source:
+        reader = pa.ipc.open_file(source)
+        if reader.schema != UNIT_SCHEMA:
+            raise ValueError(f"{path}: unexpected schema {reader.schema}")
+        batch = reader.get_batch(group)
+    return _unit_tuples(pa.Table.from_batches([batch]))
+
+
+def _unit_tuples(table: pa.Table) -> list[tuple]:
     cols = {name: table.column(name).to_pylist() for name in UNIT_SCHEMA.names}
     locators = [tuple(json.loads(text)) for text in cols["locator"]]
     return list(

@@ -30,9 +30,11 @@ from shardfeed.formats.sources.base import SourceReader
 from shardfeed.formats.unit_table import (
     UNIT_SUFFIX,
     KeyedUnit,
-    read_unit_tuples,
+    read_unit_group,
+    read_unit_table,
     work_part,
     write_totals,
+    write_unit_groups,
     write_units,
 )
 from shardfeed.pipelines.dedup import DropDuplicates
@@ -45,7 +47,6 @@ from shardfeed.schemas.manifest import canonical_json
 from shardfeed.transforms.hashing import shuffle_key
 
 WORK_DIR = ".shardfeed-work"  # under DST while a run is in flight; removed after publishing
-_BUCKET, _POSITION, _PAYLOAD = 1, 3, 5  # positions in a KeyedUnit.to_tuple()
 PREVIOUS = "previous-shards"  # sidecars of an interrupted run, under WORK_DIR, checked for reuse
 
 
@@ -116,31 +117,37 @@ def scan_file(file: str, source: SourceReader, spec: FeatureSpec, config: GraphC
     return file
 
 
-def keyed_by_shard(file: str, config: GraphConfig) -> Iterable[tuple[int, list[tuple]]]:
-    """source file -> (shard, its units bound for that shard as ``KeyedUnit.to_tuple()``s).
+def keyed_by_shard(file: str, config: GraphConfig) -> Iterable[tuple[int, tuple[str, int]]]:
+    """source file -> (shard, (file, group)) for each shard that gets units of the file.
 
-    One element per (file, shard) rather than per unit: the shuffle then moves a few hundred
-    lists instead of a pickled element per sample.
+    The file's units are rewritten grouped by shard (work dir ``byshard/``, one record batch per
+    shard, source order within it), and only these references cross the shuffle. The in-process
+    runner holds a whole GroupByKey in memory as Python objects (about 500 bytes per unit tuple),
+    so shipping the units themselves made a run's memory grow with the corpus.
     """
     plan = load_plan(config.work)
-    units = read_unit_tuples(config.part("units", file, UNIT_SUFFIX))
+    table = read_unit_table(config.part("units", file, UNIT_SUFFIX))
+    if table.num_rows == 0:
+        return
     if isinstance(plan, ContiguousPlan):
-        sizes = np.array([u[_PAYLOAD] for u in units], dtype=np.int64)
-        shards = plan.shards_of(file, sizes).tolist()
+        shards = plan.shards_of(file, table.column("payload_bytes").to_numpy())
     else:
         hot = set(hot_positions(config.work, file).tolist())  # hot units move to hot buckets
+        buckets, positions = (table.column(c).to_pylist() for c in ("bucket", "position"))
         shards = [
-            plan.shard_of[hot_bucket(u[_BUCKET]) if u[_POSITION] in hot else u[_BUCKET]]
-            for u in units
+            plan.shard_of[hot_bucket(b) if p in hot else b]
+            for b, p in zip(buckets, positions, strict=True)
         ]
-    by_shard: dict[int, list[tuple]] = {}
-    for shard, unit in zip(shards, units, strict=True):
-        by_shard.setdefault(shard, []).append(unit)
-    yield from sorted(by_shard.items())
+    shards = np.asarray(shards, dtype=np.int64)
+    order = np.argsort(shards, kind="stable")
+    numbers, starts = np.unique(shards[order], return_index=True)
+    write_unit_groups(config.part("byshard", file, UNIT_SUFFIX), table, np.split(order, starts[1:]))
+    for group, shard in enumerate(numbers.tolist()):
+        yield shard, (file, group)
 
 
 def write_planned_shard(
-    item: tuple[int, Iterable[list[tuple]]],
+    item: tuple[int, Iterable[tuple[str, int]]],
     source: SourceReader,
     spec: FeatureSpec,
     config: GraphConfig,
@@ -152,7 +159,11 @@ def write_planned_shard(
     plan = load_plan(config.work)
     row_start = config.row_offset + plan.row_start[local]
     unit_start = config.unit_offset + plan.unit_start[local]
-    units = [KeyedUnit.from_tuple(unit) for part in parts for unit in part]
+    units = [
+        KeyedUnit.from_tuple(unit)
+        for file, group in parts
+        for unit in read_unit_group(config.part("byshard", file, UNIT_SUFFIX), group)
+    ]
     # shuffled: by stable key; source order: files() is sorted, so (file, position) is source order
     shuffled = isinstance(plan, ShardPlan)
     ordered = sorted(
@@ -339,10 +350,10 @@ class WriteShards(beam.PTransform):
         return (
             files
             | "Spread" >> beam.Reshuffle()
-            # (shard, [unit tuple]) per source file: small references only
+            # (shard, (file, group)) per source file and shard: the units stay on disk
             | "KeyByShard" >> beam.FlatMap(keyed_by_shard, self.config)
             | "GroupByShard" >> beam.GroupByKey()
-            # (shard, [[unit tuple], ...]) -> rows written
+            # (shard, [(file, group), ...]) -> rows written
             | "WriteShard" >> beam.Map(write_planned_shard, self.source, self.spec, self.config)
         )
 

@@ -639,41 +639,29 @@ class LeRobot21:
 
 
 class Shardfeed:
-    """``ShardLoader`` (a new loader per epoch, as its API has it); ``stand_in`` uses
-    ``open_dataset(path).iter_batches`` instead while the loader does not exist yet."""
+    """``ShardLoader``, a new loader per epoch, as its API has it."""
 
-    def __init__(
-        self, root: str, corpus: str, seed: int, stand_in: bool = False, samples: int = 0
-    ) -> None:
+    def __init__(self, root: str, corpus: str, seed: int, samples: int = 0) -> None:
         self.root = root
         self.samples = samples
         self.corpus = corpus
         self.seed = seed
-        self.stand_in = stand_in
         self.columns = ["image", "label"] if corpus == "image" else ROBOT_COLUMNS
         self.metrics: list[dict] = []
-        if stand_in:
-            import shardfeed
-
-            self.ds = shardfeed.open_dataset(root)
 
     def epoch(self, k: int) -> Iterator:
-        if self.stand_in:
-            batches = self.ds.iter_batches(BATCH, self.columns)
-            loader = None
-        else:
-            from shardfeed.loader import ShardLoader
+        from shardfeed.loader import ShardLoader
 
-            loader = ShardLoader(
-                self.root,
-                rank=0,
-                world=1,
-                batch_size=BATCH,
-                columns=self.columns,
-                seed=self.seed,
-                epoch=k,
-            )
-            batches = iter(loader)
+        loader = ShardLoader(
+            self.root,
+            rank=0,
+            world=1,
+            batch_size=BATCH,
+            columns=self.columns,
+            seed=self.seed,
+            epoch=k,
+        )
+        batches = iter(loader)
         left = self.samples  # the loader pads the last batch to a whole one: cut that off
         try:
             for batch in batches:
@@ -749,7 +737,7 @@ def run_child(spec: dict) -> dict:
     """One measurement: construct the reader, read passes, consume; all on the clock."""
     system, corpus = spec["system"], spec["corpus"]
     cls = READERS[system]
-    kwargs = {"stand_in": spec["stand_in"], "samples": spec["samples"]} if cls is Shardfeed else {}
+    kwargs = {"samples": spec["samples"]} if cls is Shardfeed else {}
     copy = system == "shardfeed-bytes"
     # off the clock: imports, stale shared memory of an earlier MDS run, garbage
     if system == "webdataset":
@@ -760,10 +748,7 @@ def run_child(spec: dict) -> dict:
 
         clean_stale_shared_memory()
     elif system.startswith("shardfeed"):
-        import shardfeed
-
-        if not spec["stand_in"]:
-            import shardfeed.loader  # noqa: F401
+        import shardfeed.loader  # noqa: F401
     import numpy  # noqa: F401
     import pyarrow.parquet  # noqa: F401
 
@@ -846,10 +831,9 @@ def serve() -> int:
 
 
 class Bench:
-    def __init__(self, args: argparse.Namespace, preset: dict, stand_in: bool) -> None:
+    def __init__(self, args: argparse.Namespace, preset: dict) -> None:
         self.args = args
         self.preset = preset
-        self.stand_in = stand_in
         self.samples: dict[str, int] = {}  # corpus -> samples in it
         self.results: dict[tuple[str, str, str], list[dict]] = {}  # (corpus, system, mode) -> runs
         self.servers: dict[str, tuple[subprocess.Popen, object]] = {}  # system -> (process, stderr)
@@ -893,7 +877,6 @@ class Bench:
             "corpus": corpus,
             "root": str(copy_root),
             "seed": self.args.seed,
-            "stand_in": self.stand_in,
             "max_seconds": self.preset["max_seconds"],
             "min_seconds": 0.0 if mode == "cold" else self.preset["min_warm_seconds"],
             "max_passes": 1 if mode == "cold" else 1000,
@@ -1020,14 +1003,6 @@ def check_peers() -> list[str]:
     ]
 
 
-def shardfeed_loader_available() -> bool:
-    try:
-        from shardfeed.loader import ShardLoader  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
@@ -1059,12 +1034,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpora", default="image,robot", help="comma-separated: image,robot")
     parser.add_argument("--systems", help="comma-separated subset of the systems (default: all)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--stand-in",
-        action="store_true",
-        help="read shardfeed with open_dataset().iter_batches instead of ShardLoader "
-        "(automatic, with a warning, while shardfeed.loader does not exist)",
-    )
     args = parser.parse_args(argv)
     preset = dict(QUICK if args.quick else FULL)
     for key in ("images", "episodes", "max_seconds", "min_warm_seconds"):
@@ -1090,15 +1059,6 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    stand_in = args.stand_in
-    if not stand_in and not shardfeed_loader_available():
-        stand_in = True
-        print(
-            "bench_load: WARNING: shardfeed.loader.ShardLoader is not importable; shardfeed is "
-            "read with the STAND-IN open_dataset(path).iter_batches(256, columns). These are "
-            "not the loader's figures."
-        )
-
     work = Path(args.work)
     if not work.is_absolute():
         work = REPO / work
@@ -1114,14 +1074,14 @@ def main(argv: list[str] | None = None) -> int:
     reused = all(m["reused"] for g in generated.values() for m in g.values())
 
     load_before = os.getloadavg()[0]
-    bench = Bench(args, preset, stand_in)
+    bench = Bench(args, preset)
     try:
         counts = run_all(bench, corpora, roots, wanted)
     finally:
         bench.close()
     total = time.perf_counter() - started
     load = (load_before, os.getloadavg()[0])
-    return report(bench, args, preset, corpora, counts, stand_in, total, gen_seconds, reused, load)
+    return report(bench, args, preset, corpora, counts, total, gen_seconds, reused, load)
 
 
 def run_all(bench: Bench, corpora: list[str], roots: dict, wanted: set | None) -> dict[str, int]:
@@ -1182,7 +1142,6 @@ def report(
     preset: dict,
     corpora: list[str],
     counts: dict[str, int],
-    stand_in: bool,
     total: float,
     gen_seconds: float,
     reused: bool,
@@ -1211,8 +1170,6 @@ def report(
         + f"; measurements took {total - gen_seconds:.1f} s; 1-min load average "
         f"{load[0]:.2f} before, {load[1]:.2f} after (other work on this machine skews figures)"
     )
-    if stand_in:
-        print("shardfeed read with the STAND-IN Dataset.iter_batches, not ShardLoader")
     for corpus in corpora:
         best = bench.best(corpus, "shardfeed", "cold")
         if best and best.get("loader_metrics"):
@@ -1258,7 +1215,7 @@ def report(
             "cold": f"best of {preset['cold_repeats']}",
             "warm_runs": f"best of {preset['warm_repeats']}",
             "quick": args.quick,
-            "loader": "stand-in: Dataset.iter_batches" if stand_in else "ShardLoader",
+            "loader": "ShardLoader",
             "date": datetime.date.today().isoformat(),
             "cpus": os.cpu_count(),
             "loadavg": [round(x, 2) for x in load],

@@ -2,7 +2,8 @@
 
 A command runs in a session of its own, so its process group holds it and every worker process it
 starts (Beam's ``multi_processing`` SDK workers); a kill takes the whole group down at once, as a
-node failure or the OOM killer would, and nothing orphaned keeps writing while the test inspects
+node failure would, or only the driver, as the OOM killer would. Either way the harness waits
+until no process of the group is left, so nothing orphaned keeps writing while the test inspects
 what was left. Moments are named by *probes*: predicates on the output tree, given the wall-clock
 time the run started, that say whether the run has reached a phase (e.g. "a shard file newer than
 the start exists"). Used by ``tests/adversarial/test_crash_injection.py`` and
@@ -25,6 +26,8 @@ from pathlib import Path
 Probe = Callable[[float], bool]
 
 POLL_SECONDS = 0.002
+#: how long workers of a killed driver get to notice and exit on their own
+ORPHAN_GRACE = 3.0
 
 
 def newer(root: Path, *patterns: str) -> Probe:
@@ -83,6 +86,10 @@ class Kill:
     returncode: int
     seconds: float
     reached: tuple[str, ...]
+    driver_only: bool = False
+    #: worker processes still alive ``ORPHAN_GRACE`` seconds after their driver was killed
+    #: (then killed by the harness)
+    orphans: int = 0
 
     def phase(self, phases: Sequence[str]) -> str:
         """The last of ``phases`` (in run order; the first needs no probe) this run reached."""
@@ -139,9 +146,11 @@ def kill_at(
     *,
     env: Mapping[str, str] | None = None,
     timeout: float = 300.0,
+    driver_only: bool = False,
 ) -> Kill:
-    """Start ``cmd``, wait for ``moment``, SIGKILL its process group, and wait until every
-    process of the group is gone. A run that ends first is reported, not an error."""
+    """Start ``cmd``, wait for ``moment``, SIGKILL its process group (``driver_only``: only the
+    command's own process, as the OOM killer picks one; its workers must then exit on their own),
+    and wait until every process of the group is gone. A run that ends first is reported."""
     probe = probes[moment.after] if moment.after is not None else None
     with tempfile.TemporaryFile() as log:
         started, t0 = time.time(), time.monotonic()
@@ -155,21 +164,36 @@ def kill_at(
             while process.poll() is None and (left := due - time.monotonic()) > 0:
                 time.sleep(min(POLL_SECONDS, left))
         finally:
-            _kill_group(process)
+            orphans = _kill_group(process, driver_only)
     # a run can end on its own between the last poll and the signal: only SIGKILL's status counts
     exited_first = process.returncode != -signal.SIGKILL
     reached = tuple(name for name, held in probes.items() if held(started))
-    return Kill(moment, exited_first, process.returncode, time.monotonic() - t0, reached)
+    seconds = time.monotonic() - t0
+    return Kill(moment, exited_first, process.returncode, seconds, reached, driver_only, orphans)
 
 
-def _kill_group(process: subprocess.Popen) -> None:
-    """SIGKILL the group while its leader is still unreaped (so the group id is still ours),
-    then reap it and wait for the other members to go."""
+def _kill_group(process: subprocess.Popen, driver_only: bool = False) -> int:
+    """SIGKILL the group (or its leader only) while the leader is still unreaped, so the group
+    id is still ours; reap it and wait for the other members to go. With ``driver_only``, the
+    members still alive after ``ORPHAN_GRACE`` are counted, then killed; returns that count."""
     if process.poll() is None:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
+            if driver_only:
+                os.kill(process.pid, signal.SIGKILL)
+            else:
+                os.killpg(process.pid, signal.SIGKILL)
     process.wait()
+    orphans = 0
+    if driver_only:
+        deadline = time.monotonic() + ORPHAN_GRACE
+        while (alive := _group_members(process.pid)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        orphans = len(alive)
+        if alive:  # members remain, so the group id is still this run's
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
     wait_group_gone(process.pid)
+    return orphans
 
 
 def wait_group_gone(pgid: int, timeout: float = 30.0) -> None:

@@ -12,7 +12,7 @@ Corpora (generated once per work directory, then reused)
 image       an image folder of distinct JPEGs (``bench_convert.make_corpus``: 100 class dirs, 10-42
             KB each, mean ~26 KB), converted with ``--from imagefolder --validate header``
 jsonl       JSONL text files of 2,000 documents each (``id``, ``text`` of a Zipf-vocabulary word
-            stream with log-normal lengths, mean ~2.4 KB, ``source``, ``score``), ``--from jsonl``
+            stream with log-normal lengths, mean ~5.9 KB, ``source``, ``score``), ``--from jsonl``
 ==========  =====================================================================================
 
 The 4x corpus is written once; the 1x corpus is its first quarter, hard-linked (image: the first
@@ -62,12 +62,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_convert  # corpus generator, _measure, inspect-based verify
 
 REPO = Path(__file__).resolve().parent.parent
-JSONL_VERSION = 1
+JSONL_VERSION = 2
 JSONL_DOCS_PER_FILE = 2_000
 IMAGE = {"classes": 100, "min_kb": 10, "max_kb": 42}
 # 1x sizes: image files / JSONL files. Both are >= 250 MB at 1x.
-QUICK = {"image": 10_000, "jsonl": 52}
-FULL = {"image": 24_000, "jsonl": 128}
+QUICK = {"image": 10_000, "jsonl": 22}
+FULL = {"image": 24_000, "jsonl": 53}
 KINDS = ("image", "jsonl")
 TARGETS = {"rss_growth": 1.2, "time_growth": 4.5}
 
@@ -88,17 +88,21 @@ def _word_pool(seed: int, size: int = 5_000) -> tuple[list[str], list[float]]:
     return words, (weights / weights.sum()).tolist()
 
 
-def write_jsonl_file(path: Path, seed: int, number: int, docs: int, words: list[str], p) -> int:
-    """One JSONL file of ``docs`` documents; its bytes depend only on (seed, number)."""
+def write_jsonl_file(
+    path: Path, seed: int, number: int, docs: int, words: list[str], p
+) -> tuple[int, int]:
+    """One JSONL file of ``docs`` documents, whose bytes depend only on (seed, number); returns
+    its size and its payload (shardfeed's ``table_row_bytes`` of the rows it converts to)."""
     import numpy as np
 
     rng = np.random.default_rng([seed, number])
-    lengths = np.clip(rng.lognormal(5.6, 0.7, size=docs).astype(np.int64), 5, 4_000)
+    lengths = np.clip(rng.lognormal(6.5, 0.7, size=docs).astype(np.int64), 5, 10_000)
     ids = rng.choice(len(words), size=int(lengths.sum()), p=p)
     vocab = np.array(words, dtype=object)
     stream = vocab[ids]
     ends = np.cumsum(lengths)
     lines = []
+    payload = 0
     start = 0
     for i, end in enumerate(ends.tolist()):
         record = {
@@ -108,12 +112,13 @@ def write_jsonl_file(path: Path, seed: int, number: int, docs: int, words: list[
             "score": round((i % 997) / 997, 4),
         }
         lines.append(json.dumps(record))
+        payload += len(record["text"].encode()) + len(record["source"]) + 16  # + id, score
         start = end
     data = ("\n".join(lines) + "\n").encode()
     tmp = path.with_suffix(".tmp")
     tmp.write_bytes(data)
     tmp.rename(path)
-    return len(data)
+    return len(data), payload
 
 
 def make_jsonl_corpus(root: Path, files: int, seed: int) -> dict:
@@ -127,15 +132,16 @@ def make_jsonl_corpus(root: Path, files: int, seed: int) -> dict:
         shutil.rmtree(root)
     root.mkdir(parents=True, exist_ok=True)
     words, p = _word_pool(seed)
-    total = sum(
+    sizes = [
         write_jsonl_file(root / f"part-{n:05d}.jsonl", seed, n, JSONL_DOCS_PER_FILE, words, p)
         for n in range(files)
-    )
+    ]
     info = {
         "params": params,
         "files": files,
         "samples": files * JSONL_DOCS_PER_FILE,
-        "bytes": total,
+        "bytes": sum(size for size, _ in sizes),
+        "payload": [payload for _, payload in sizes],  # per file
     }
     stamp.write_text(json.dumps(info))
     return info
@@ -169,6 +175,7 @@ class Corpus:
     root: Path
     samples: int
     bytes: int
+    payload: int  # estimated payload bytes (picks a shard size that divides the 1x corpus)
 
 
 def make_corpora(kind: str, base: int, scale: int, workdir: Path, seed: int) -> list[Corpus]:
@@ -180,16 +187,27 @@ def make_corpora(kind: str, base: int, scale: int, workdir: Path, seed: int) -> 
         )
         big_samples = info["files"]
         # img_NNNNNN.jpg with NNNNNN < base: the first `base` images, in their class dirs
-        count, size = link_subset(big, small, lambda rel: int(rel.stem.split("_")[1]) < base)
+        keep = lambda rel: int(rel.stem.split("_")[1]) < base  # noqa: E731
+        count, size = link_subset(big, small, keep)
         small_samples = count
+        # imagefolder's payload per row: image bytes + UTF-8 path + the int64 label
+        overhead = sum(len(str(rel)) + 8 for rel in _relpaths(small))
+        payloads = (size + overhead, info["bytes"] + overhead * scale)
     else:
         info = make_jsonl_corpus(big, base * scale, seed)
         big_samples = info["samples"]
         count, size = link_subset(big, small, lambda rel: int(rel.stem.split("-")[1]) < base)
         small_samples = count * JSONL_DOCS_PER_FILE
+        payloads = (sum(info["payload"][:base]), sum(info["payload"]))
     return [
-        Corpus(kind, 1, small, small_samples, size),
-        Corpus(kind, scale, big, big_samples, info["bytes"]),
+        Corpus(kind, 1, small, small_samples, size, payloads[0]),
+        Corpus(kind, scale, big, big_samples, info["bytes"], payloads[1]),
+    ]
+
+
+def _relpaths(root: Path) -> list[Path]:
+    return [
+        Path(d).relative_to(root) / n for d, _, names in os.walk(root) for n in names if n[0] != "."
     ]
 
 
@@ -204,8 +222,8 @@ class Run:
     cpu_s: float
     peak_rss_bytes: int
     tree_rss_bytes: int
-    summary_s: float | None
     shards: int
+    payload_bytes: int
 
 
 @dataclass
@@ -230,23 +248,37 @@ class Size:
         return statistics.median(r.cpu_s for r in self.runs)
 
 
-def convert_cmd(corpus: Corpus, dst: Path, extra: list[str]) -> list[str]:
+def convert_cmd(corpus: Corpus, dst: Path, target: int, extra: list[str]) -> list[str]:
     cmd = [sys.executable, "-m", "shardfeed.cli.main", "convert", str(corpus.root), str(dst)]
     if corpus.kind == "image":
         cmd += ["--from", "imagefolder", "--validate", "header"]
     else:
         cmd += ["--from", "jsonl"]
-    return [*cmd, "--json", *extra]
+    return [*cmd, "--target-shard-size", str(target), "--json", *extra]
 
 
-def run_once(corpus: Corpus, work: Path, extra: list[str], timeout: float, tag: str) -> Run:
+def inspect(dst: Path) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-m", "shardfeed.cli.main", "inspect", str(dst), "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"bench: shardfeed inspect {dst} failed:\n{proc.stderr}")
+    return json.loads(proc.stdout)
+
+
+def run_once(
+    corpus: Corpus, work: Path, target: int, extra: list[str], timeout: float, tag: str
+) -> Run:
     """One measured conversion into a fresh DST, checked with ``shardfeed inspect``."""
     dst = work / "dst"
     shutil.rmtree(dst, ignore_errors=True)
     logs = work / "logs"
     logs.mkdir(exist_ok=True)
     result, out, err = (logs / f"{tag}.{ext}" for ext in ("json", "out", "err"))
-    cmd = convert_cmd(corpus, dst, extra)
+    cmd = convert_cmd(corpus, dst, target, extra)
     measurer = [sys.executable, bench_convert.__file__, "_measure", str(result), str(out), str(err)]
     print(f"bench: {tag}: {' '.join(cmd)}", file=sys.stderr, flush=True)
     try:
@@ -257,17 +289,20 @@ def run_once(corpus: Corpus, work: Path, extra: list[str], timeout: float, tag: 
     if m["rc"] != 0:
         tail = err.read_text(errors="replace")[-4000:]
         raise SystemExit(f"bench: {tag} exited {m['rc']}:\n{tail}")
-    samples, extra_info = bench_convert.verify("shardfeed", dst, corpus.samples, out.read_text())
-    if samples != corpus.samples:
-        raise SystemExit(f"bench: {tag} wrote {samples} samples, expected {corpus.samples}")
+    found = inspect(dst)
+    if found["num_samples"] != corpus.samples or found["rejects"]["total"]:
+        raise SystemExit(
+            f"bench: {tag} wrote {found['num_samples']} samples with {found['rejects']} rejects, "
+            f"expected {corpus.samples} and none"
+        )
     shutil.rmtree(dst, ignore_errors=True)
     return Run(
         m["wall_s"],
         m["cpu_s"],
         m["peak_rss_bytes"],
         m["tree_rss_bytes"],
-        extra_info.get("summary_seconds"),
-        extra_info.get("shards", 0),
+        found["num_shards"],
+        found["payload_bytes"],
     )
 
 
@@ -278,6 +313,7 @@ def fmt_table(sizes: list[Size]) -> str:
         "samples",
         "input MB",
         "shards",
+        "MB/shard",
         "runs",
         "wall s",
         "cpu s",
@@ -296,6 +332,7 @@ def fmt_table(sizes: list[Size]) -> str:
                 f"{c.samples:,}",
                 f"{c.bytes / 1e6:,.0f}",
                 str(s.runs[0].shards),
+                f"{s.runs[0].payload_bytes / s.runs[0].shards / 1e6:.1f}",
                 str(len(s.runs)),
                 f"{s.wall:.1f}",
                 f"{s.cpu:.1f}",
@@ -332,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help=f"1x = {QUICK['image']:,} images (~260 MB) / {QUICK['jsonl']} JSONL files (~250 MB), "
+        help=f"1x = {QUICK['image']:,} images (~260 MB) / {QUICK['jsonl']} JSONL files (~260 MB), "
         "image runs twice per size and jsonl once, under 3 minutes; default (full): "
         f"1x = {FULL['image']:,} images / {FULL['jsonl']} JSONL files (~620 MB each), twice each",
     )
@@ -348,6 +385,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--image-files", type=int, help="1x image count (overrides the preset)")
     parser.add_argument(
         "--jsonl-files", type=int, help="1x JSONL file count (overrides the preset)"
+    )
+    parser.add_argument(
+        "--shards-1x",
+        type=int,
+        default=3,
+        help="the target shard size is the 1x corpus's payload over this (so 1x makes this many "
+        "shards and 4x four times as many, all of one size)",
     )
     parser.add_argument("--seed", type=int, default=0, help="corpus seed")
     parser.add_argument(
@@ -389,6 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     load_before = os.getloadavg()
     results: dict[str, list[Size]] = {}
+    targets: dict[str, int] = {}
     generate_s = 0.0
     try:
         for kind in kinds:
@@ -405,11 +450,13 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
                 flush=True,
             )
+            target = -(-corpora[0].payload // args.shards_1x)  # ceil: 1x gives exactly that many
+            targets[kind] = target
             for rep in range(repeats[kind]):
                 for size in sizes:
                     tag = f"{kind}-x{size.corpus.scale}-run{rep + 1}"
                     size.runs.append(
-                        run_once(size.corpus, workdir, args.convert_args, args.timeout, tag)
+                        run_once(size.corpus, workdir, target, args.convert_args, args.timeout, tag)
                     )
             results[kind] = sizes
     finally:
@@ -430,6 +477,8 @@ def main(argv: list[str] | None = None) -> int:
             "samples": [one.corpus.samples, big.corpus.samples],
             "input_mb": [round(one.corpus.bytes / 1e6, 1), round(big.corpus.bytes / 1e6, 1)],
             "runs": len(one.runs),
+            "shards": [one.runs[0].shards, big.runs[0].shards],
+            "target_shard_bytes": targets[kind],
             "rss_per_extra_sample_bytes": round(
                 (big.peak_rss - one.peak_rss) / (big.corpus.samples - one.corpus.samples), 1
             ),

@@ -17,8 +17,11 @@ jsonl       JSONL text files of 2,000 documents each (``id``, ``text`` of a Zipf
 
 The 4x corpus is written once; the 1x corpus is its first quarter, hard-linked (image: the first
 ``files`` images; jsonl: the first quarter of the files), so 1x is exactly a subset of 4x with the
-same sizes and the same per-file layout. Both use the default 100 MB target shard size, so a shard
-(what a writer holds at once) is the same at both sizes and only the shard count grows.
+same sizes and the same per-file layout. Both sizes use one target shard size: the 1x corpus's
+payload over ``--shards-1x`` (3: about 86 MB, near the default 100 MB), so 1x makes 3 shards and 4x
+makes 12 of the same size. A shard is what a writer holds at once; with the default 100 MB target,
+259 MB would make 3 shards of 86 MB and 1,033 MB 10 of 103 MB, and the larger shards alone would
+show as memory growth. The table's ``MB/shard`` column shows the payload per shard at each size.
 
 How each run is measured
 ------------------------
@@ -488,7 +491,10 @@ def main(argv: list[str] | None = None) -> int:
 
     print()
     print(
-        f"shardfeed convert at 1x and {args.scale}x, default 100 MB target shards, in-process runner"
+        f"shardfeed convert at 1x and {args.scale}x, target shard size = 1x payload / "
+        f"{args.shards_1x} ("
+        + ", ".join(f"{k} {t / 1e6:.1f} MB" for k, t in targets.items())
+        + "), in-process runner"
         + (f" + {' '.join(args.convert_args)}" if args.convert_args else "")
         + f"; {os.cpu_count()} cores; Python {sys.version.split()[0]}"
     )

@@ -262,7 +262,7 @@ def _report(what: str, kills: list[tuple[Kill, str]], phases: tuple[str, ...], r
     """Print each kill and the tallies (visible with ``pytest -s``; the numbers in RELIABILITY.md)."""
     print(f"\n{what}: reference run {ref}")
     for kill, state in kills:
-        who = "driver" if kill.driver_only else "group"
+        who = f"driver ({kill.orphans} workers outlived it)" if kill.driver_only else "group"
         print(f"  {kill.moment} {who} -> reached {kill.phase(phases)}, left {state}")
     reached = dict(Counter(k.phase(phases) for k, _ in kills))
     left = dict(Counter(state for _, state in kills))

@@ -6,6 +6,7 @@ memory-maps faster) only has to implement :class:`ShardEncoding` and register in
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol
@@ -47,6 +48,11 @@ class ShardFile(Protocol):
         """Byte range ``[start, end)`` of the file that row group ``index`` lives in."""
         ...
 
+    def footer_sha256(self) -> str | None:
+        """sha256 of the bytes that describe the whole file (Parquet: its footer), which the
+        manifest records; None for an encoding without such a footer."""
+        ...
+
 
 class ShardEncoding(Protocol):
     name: str
@@ -63,11 +69,16 @@ class ShardEncoding(Protocol):
     def open(self, source: BinaryIO | str, context: ShardContext | None = None) -> ShardFile:
         """Open a local path or an open random-access file (``context``: framed encodings)."""
 
+    def footer_sha256(self, path: str) -> str | None:
+        """What :meth:`ShardFile.footer_sha256` gives for the local file ``path``, without
+        opening it as a shard (the writer records it)."""
+
 
 class _ParquetShardFile:
     def __init__(self, source) -> None:
         # a local path is memory-mapped; object stores pass an open pyarrow input file
         self._map = pa.memory_map(source) if isinstance(source, str) else None
+        self._source = source
         handle = self._map if self._map is not None else source
         # the whole mapping as one zero-copy buffer: slices of it are thread-safe and copy
         # nothing (``read_at`` would copy each range into a new bytes object)
@@ -102,6 +113,9 @@ class _ParquetShardFile:
     def group_extent(self, index: int) -> tuple[int, int]:
         return _extent(self._file.metadata.row_group(index))
 
+    def footer_sha256(self) -> str:
+        return _footer_sha256(self._map if self._map is not None else self._source)
+
     def read_row_groups(self, indices: Sequence[int], columns: Sequence[str] | None) -> pa.Table:
         if self._checksums is not None:
             for g in indices:  # the whole range, whichever columns are read
@@ -110,6 +124,19 @@ class _ParquetShardFile:
         return self._file.read_row_groups(
             list(indices), columns=list(columns) if columns is not None else None, use_threads=True
         )
+
+
+def _footer_sha256(handle: pa.NativeFile) -> str:
+    """sha256 of a Parquet file's footer: its metadata, the metadata's 4-byte length and the
+    closing ``PAR1`` (positional reads only, so a shared handle needs no seek)."""
+    size = handle.size()
+    tail = handle.read_at(8, size - 8) if size >= 12 else b""
+    if len(tail) != 8 or tail[4:] != b"PAR1":
+        raise OSError(f"not a Parquet file: no closing magic in its last {min(size, 8)} bytes")
+    length = int.from_bytes(tail[:4], "little") + 8
+    if length > size - 4:
+        raise OSError(f"Parquet footer of {length - 8} bytes does not fit in {size} bytes")
+    return hashlib.sha256(handle.read_at(length, size - length)).hexdigest()
 
 
 def _extent(group: pq.RowGroupMetaData) -> tuple[int, int]:
@@ -159,6 +186,10 @@ class ParquetEncoding:
 
     def open(self, source, context: ShardContext | None = None) -> ShardFile:
         return _ParquetShardFile(source)
+
+    def footer_sha256(self, path: str) -> str:
+        with pa.OSFile(path) as handle:
+            return _footer_sha256(handle)
 
     @staticmethod
     def _column_options(spec: FeatureSpec) -> tuple[dict[str, str], set[str]]:

@@ -494,7 +494,9 @@ class Dataset:
             raise CorruptShardError(
                 f"{record.path}: size {info.size} bytes, manifest says {record.bytes}"
             )
-        if self.check_hashes:
+        # a shard without a footer hash to check on open (TFRecord) is hashed whole instead:
+        # otherwise a valid shard in its place would be read without a word
+        if self.check_hashes or (record.footer_sha256 is None and self._encoding.framed):
             _check_sha256(location, record.path, record.sha256, field)
         handle = None
         if location.is_local:
@@ -533,6 +535,16 @@ class Dataset:
         schema = getattr(shard_file, "schema", None)
         if schema is not None and not schema.remove_metadata().equals(self._schema):
             raise CorruptShardError(f"{record.path}: schema does not match meta/info.json features")
+        if record.footer_sha256 is not None:
+            try:
+                footer = shard_file.footer_sha256()
+            except (OSError, ValueError, pa.ArrowException) as err:
+                raise CorruptShardError(f"{record.path}: unreadable shard footer: {err}") from None
+            if footer != record.footer_sha256:
+                raise CorruptShardError(
+                    f"{record.path}: footer sha256 {str(footer)[:16]}… is not the manifest's "
+                    f"{record.footer_sha256[:16]}…: this file is not the shard the manifest lists"
+                )
         return shard_file
 
     def _context(self, shard: int) -> ShardContext | None:

@@ -137,6 +137,8 @@ def write_shard(
             offsets = codec.write(sink, table.schema, groups, spec)
         finally:
             sink.finish()
+    # read back from the page cache: a few KB, the only bytes a reader hashes when it opens it
+    footer = codec.footer_sha256(os.path.join(root, rel_path))
     record = ShardRecord(
         path=rel_path,
         bytes=sink.size,
@@ -146,6 +148,7 @@ def write_shard(
         sha256=sink.sha256.hexdigest(),
         index_start=index_start,
         index_end=index_start + table.num_rows,
+        footer_sha256=footer,
     )
     return WrittenShard(record, None if offsets is None else np.asarray(offsets, dtype=np.int64))
 

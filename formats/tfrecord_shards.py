@@ -83,6 +83,10 @@ class TFRecordEncoding:
                     offsets.append(writer.write(encode_example(example)))
         return np.asarray(offsets, dtype=np.int64)
 
+    def footer_sha256(self, path: str) -> None:
+        """A TFRecord file has no footer: the reader hashes the whole shard when it opens it."""
+        return None
+
     def open(self, source: Any, context: ShardContext | None = None) -> TFRecordShardFile:
         if context is None or context.offsets is None:
             raise TFRecordShardError("a TFRecord shard is opened with its record offsets")
@@ -118,6 +122,9 @@ class TFRecordShardFile:
     @property
     def row_group_rows(self) -> list[int]:
         return [int(n) for n in np.diff(self._starts)]
+
+    def footer_sha256(self) -> None:
+        return None
 
     def group_extent(self, index: int) -> tuple[int, int]:
         if self.compressed:

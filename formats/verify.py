@@ -26,6 +26,7 @@ from shardfeed.formats.sample_index import (
     read_record_offsets,
 )
 from shardfeed.formats.storage import Location, locate
+from shardfeed.planning.partition import contiguous_cuts, num_parts_for
 from shardfeed.schemas.assignment import ASSIGNMENTS_DIR, AssignmentHeader, table_path
 from shardfeed.schemas.errors import ShardfeedError, UnsafePathError
 from shardfeed.schemas.manifest import (
@@ -283,9 +284,19 @@ def _check_rows(
         rows, groups = opened.num_rows, tuple(opened.row_group_rows)
         # record-framed shards: every record's CRCs, and offsets equal to the sample index's
         framing = opened.check_framing() if check_framing and encoding.framed else []
+        footer = opened.footer_sha256() if shard.footer_sha256 is not None else None
     except (OSError, ValueError, pa.ArrowException, ShardfeedError) as err:
         report.problems.append(Problem(shard.path, "unreadable", str(err)))
         return
+    if footer != shard.footer_sha256:  # what the reader checks on open, without hashing
+        report.problems.append(
+            Problem(
+                shard.path,
+                "hash",
+                f"footer sha256 {footer[:16]}… differs from the manifest's footer_sha256 "
+                f"{shard.footer_sha256[:16]}…",
+            )
+        )
     for problem in framing:
         report.problems.append(Problem(shard.path, "framing", problem))
     if rows != shard.rows or groups != shard.row_groups:
@@ -321,6 +332,28 @@ def _check_sample_index_rows(location: Location, num_samples: int, report: Verif
     return True
 
 
+def _check_row_group_cuts(sizes: np.ndarray, manifest: Manifest, report: VerifyReport) -> None:
+    """Each shard's ``row_groups`` are the writer's cut of its rows' sizes at the recorded
+    ``row_group_size`` (FORMAT.md §5). For a record-framed shard the manifest is the only place
+    its row groups live, so this is what catches an edit of them."""
+    target = manifest.provenance.content_options.get("row_group_size")
+    if not isinstance(target, int) or target <= 0:
+        return  # not recorded (older manifests): nothing to compare with
+    for shard in manifest.shards:
+        rows = sizes[shard.index_start : shard.index_end]
+        cuts = contiguous_cuts(rows, num_parts_for(int(rows.sum()), target))
+        expected = tuple(int(n) for n in np.diff(cuts))
+        if expected != shard.row_groups:
+            report.problems.append(
+                Problem(
+                    shard.path,
+                    "rows",
+                    f"row groups {list(shard.row_groups[:8])} are not the writer's cut of the "
+                    f"sample sizes at row_group_size={target}: {list(expected[:8])}",
+                )
+            )
+
+
 def _check_sample_sums(location: Location, manifest: Manifest, report: VerifyReport) -> None:
     """Each shard's per-sample sizes add up to its ``payload_bytes`` (an edited
     ``payload_bytes`` changes no file, and planners balance on these numbers)."""
@@ -332,6 +365,7 @@ def _check_sample_sums(location: Location, manifest: Manifest, report: VerifyRep
                 table = pq.read_table(handle, columns=["bytes"])
         sizes = table.column("bytes").to_numpy().astype(np.int64, copy=False)
         _check_shard_sums(sizes, manifest, SAMPLE_INDEX_PATH)
+        _check_row_group_cuts(sizes, manifest, report)
     except (OSError, ValueError, KeyError, pa.ArrowException) as err:
         report.problems.append(Problem(SAMPLE_INDEX_PATH, "unreadable", str(err)))
     except SampleIndexError as err:

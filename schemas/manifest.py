@@ -53,6 +53,10 @@ class ShardRecord:
     #: planning units in the shard (episodes for episodic data, else rows); None in manifests
     #: written before it existed. ``inspect`` leaves single oversized units out of the balance.
     units: int | None = None
+    #: sha256 of the Parquet footer (the trailing metadata, its length and magic; FORMAT.md §5):
+    #: the reader checks it when it opens the shard, so a valid shard put in another's place is
+    #: refused without hashing the whole file. None for TFRecord shards and older manifests.
+    footer_sha256: str | None = None
 
     def __post_init__(self) -> None:
         if sum(self.row_groups) != self.rows:
@@ -76,6 +80,7 @@ class ShardRecord:
             "index_start": self.index_start,
             "index_end": self.index_end,
             **({} if self.units is None else {"units": self.units}),
+            **({} if self.footer_sha256 is None else {"footer_sha256": self.footer_sha256}),
         }
 
     @classmethod
@@ -94,6 +99,11 @@ class ShardRecord:
             "index_start": count(obj, "index_start", where),
             "index_end": count(obj, "index_end", where),
             "units": count(obj, "units", where) if "units" in obj else None,
+            "footer_sha256": (
+                _sha256_field(get(obj, "footer_sha256", str, where), f"{where}.footer_sha256")
+                if "footer_sha256" in obj
+                else None
+            ),
         }
         try:
             return cls(**values)

@@ -24,6 +24,7 @@ SHARD_KEYS = {
     "index_start",
     "index_end",
     "units",
+    "footer_sha256",
 }
 
 

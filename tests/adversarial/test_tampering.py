@@ -12,10 +12,9 @@ file or an assignment) and states what ``verify`` reports and what the reader do
   carries no row data and every row reads back as written). A read that returns other data
   without an error fails the test, whatever the case says.
 
-A shard swapped for another valid shard of the same size, rows and schema passes every check
-the reader makes without hashing (FORMAT.md §12): those cases (``hash_only``) are refused by
-``open_dataset(..., check_hashes=True)``, and the default reader's silent read is a known gap,
-held as a strict xfail so that a fix shows.
+A shard swapped for another valid shard of the same size, rows and schema is refused too: the
+reader checks a Parquet shard's footer against the manifest's ``footer_sha256`` when it opens
+it, and hashes a TFRecord shard (which has no footer) whole (FORMAT.md §12).
 """
 
 from __future__ import annotations
@@ -124,7 +123,7 @@ Tamper = Callable[[Ctx], None]
 class Case:
     """One row of the table. ``verify``: problem kinds per encoding (or an error type name);
     ``reader``: ``refused`` or ``intact`` for the Dataset reads; ``loader``: the same for
-    ``ShardLoader`` (default: as ``reader``); ``hash_only``: only a hashing reader refuses."""
+    ``ShardLoader`` (default: as ``reader``)."""
 
     id: str
     what: str
@@ -132,11 +131,8 @@ class Case:
     verify: dict[str, frozenset[str] | str]
     reader: str | dict[str, str]
     loader: str | dict[str, str] | None = None
-    hash_only: bool = False
     encodings: tuple[str, ...] = ENCODINGS
     assignment_refused: bool = False
-    #: encodings where verify misses the case today (a known gap, see test_verify_gap)
-    verify_gap: tuple[str, ...] = ()
 
     def expected_reads(self, encoding: str) -> dict[str, str]:
         """The outcome of each read path for ``encoding``."""
@@ -352,12 +348,12 @@ CASES = [
          encodings=("parquet",)),  # TFRecord shards of this dataset all have one size
     Case("substitute-same-dataset-same-size",
          "a shard replaced by another shard of the same dataset with the same size",
-         substitute_same_dataset_same_size, both(k("hash")), "refused", hash_only=True),
+         substitute_same_dataset_same_size, both(k("hash")), "refused"),
     Case("swap-same-size", "two same-size shards of the dataset swapped", swap_same_size,
-         both(k("hash")), "refused", hash_only=True),
+         both(k("hash")), "refused"),
     Case("substitute-other-dataset-same-size",
          "a shard replaced by the same-size shard of another dataset with the same schema",
-         substitute_other_dataset_same_size, both(k("hash")), "refused", hash_only=True),
+         substitute_other_dataset_same_size, both(k("hash")), "refused"),
     Case("substitute-other-dataset-other-size",
          "shard 1 replaced by a shard of another dataset with the same schema, another size",
          substitute_other_dataset_other_size, both(k("size")), "refused"),
@@ -371,10 +367,9 @@ CASES = [
          {"parquet": k("rows", "fingerprint"), "tfrecord": k("rows", "index", "fingerprint")},
          "refused", assignment_refused=True),
     # TFRecord row groups are record ranges the reader takes from the manifest: regrouping
-    # changes no byte and no row, and nothing checks it
+    # changes no byte and no row read, and verify finds it against the writer's cut
     Case("manifest-row-groups", "shard 1 row groups [8, 8] -> [7, 9]", edit_manifest(regroup),
-         {"parquet": k("rows"), "tfrecord": k("rows")}, {"parquet": "refused", "tfrecord": "intact"},
-         verify_gap=("tfrecord",)),
+         {"parquet": k("rows"), "tfrecord": k("rows")}, {"parquet": "refused", "tfrecord": "intact"}),
     Case("manifest-bytes", "shard 1 'bytes' + 1",
          edit_manifest(lambda m: m["shards"][1].update(bytes=m["shards"][1]["bytes"] + 1)),
          both(k("size")), "refused"),
@@ -383,10 +378,11 @@ CASES = [
              lambda m: m["shards"][1].update(payload_bytes=m["shards"][1]["payload_bytes"] + 1)
          ),
          both(k("index")), "intact", loader="refused"),
+    # a Parquet shard is checked by its footer on open; a TFRecord shard is hashed whole
     Case("manifest-shard-sha256", "shard 1 'sha256' set to zeros", edit_manifest(set_hex("sha256")),
-         both(k("hash", "fingerprint")), "intact"),
+         both(k("hash", "fingerprint")), {"parquet": "intact", "tfrecord": "refused"}),
     Case("manifest-paths-swapped", "the records of two same-size shards exchange paths",
-         swap_paths, both(k("hash")), "refused", hash_only=True),
+         swap_paths, both(k("hash")), "refused"),
     Case("manifest-fingerprint", "'fingerprint' changed in one hex digit",
          edit_manifest(lambda m: m.update(fingerprint=flip_hex_digit(m["fingerprint"]))),
          both(k("fingerprint")), "intact", assignment_refused=True),
@@ -544,49 +540,19 @@ def test_tampering_is_caught(tmp_path: Path, built: dict[str, Built], encoding: 
     and every read path refuses or reads the original rows; a silent change is a failure."""
     b = built[encoding]
     root = _tampered(tmp_path, b, case)
-    if encoding not in case.verify_gap:  # else test_verify_gap
-        expected = case.verify[encoding]
-        assert expected, "every case must be caught by verify"
-        assert verify_outcome(root) == expected
-        assert main(["verify", str(root)]) == 1
+    expected = case.verify[encoding]
+    assert expected, "every case must be caught by verify"
+    assert verify_outcome(root) == expected
+    assert main(["verify", str(root)]) == 1
 
     outcomes = read_outcomes(root, b.rows)
-    assert "SILENT" not in outcomes.values() or case.hash_only, outcomes
-    if case.hash_only:  # only a hashing reader notices (see test_default_reader_gap)
-        assert set(read_outcomes(root, b.rows, check_hashes=True).values()) == {"refused"}
-        return
+    assert "SILENT" not in outcomes.values(), outcomes
     assert outcomes == case.expected_reads(encoding)
     if case.assignment_refused:
         with pytest.raises((AssignmentError, ShardfeedError)):
             load_assignment(root, ASSIGNMENT)
         with pytest.raises(ShardfeedError):
             ShardLoader(root, rank=0, world=2, batch_size=8, assignment=ASSIGNMENT)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap: without hashing, the reader cannot tell a same-size, same-rows, "
-    "same-schema shard from the one written (FORMAT.md §12); check_hashes=True refuses it",
-)
-@pytest.mark.parametrize(("encoding", "case"), [p for p in _params() if p.values[1].hash_only])
-def test_default_reader_gap(tmp_path: Path, built: dict[str, Built], encoding: str, case: Case):
-    """The default reader should refuse a valid shard in the wrong place; today it does not."""
-    root = _tampered(tmp_path, built[encoding], case)
-    assert "SILENT" not in read_outcomes(root, built[encoding].rows).values()
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap: TFRecord row groups are manifest-only record ranges that no check "
-    "(and not the fingerprint) covers; the rows read are unchanged",
-)
-@pytest.mark.parametrize(
-    ("encoding", "case"), [p for p in _params() if p.values[0] in p.values[1].verify_gap]
-)
-def test_verify_gap(tmp_path: Path, built: dict[str, Built], encoding: str, case: Case):
-    """verify should report the case; today it does not."""
-    root = _tampered(tmp_path, built[encoding], case)
-    assert verify_outcome(root) == case.verify[encoding]
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)

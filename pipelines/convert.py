@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from shardfeed.formats.atomic import atomic_write_bytes
 from shardfeed.formats.publish import DatasetOptions, ShardOutcome, add_videos, build_shard
+from shardfeed.formats.shard_writer import SHARD_WRITER_VERSION
 from shardfeed.formats.sources.base import SourceReader
 from shardfeed.formats.unit_table import (
     UNIT_SUFFIX,
@@ -222,6 +223,8 @@ def shard_inputs_digest(
         "unit_start": config.unit_offset + int(plan.unit_start[number]),
         "spec": spec.to_json(),
         "options": dataclasses.asdict(config.options),
+        # a shard written by another shard writer (another layout or checks) is not reused
+        "writer": SHARD_WRITER_VERSION,
     }
     h.update(canonical_json(head).encode())
     for unit in ordered:

@@ -29,6 +29,7 @@ from shardfeed.pipelines.driver import (
     ConvertConfig,
     ConvertSummary,
     _keep_finished_shards,
+    _mark_interrupted,
     _merge_inferred,
     _move_rejects,
     _only_leftovers,
@@ -96,6 +97,8 @@ def run_split_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> C
             )
     dst = os.path.abspath(config.dst)
     takeover = _only_leftovers(dst) and not config.overwrite
+    if config.overwrite:
+        _mark_interrupted(dst)  # a kill while the old dataset goes leaves a DST to take over
     if not takeover:
         prepare_root(dst, config.overwrite)
     options = DatasetOptions(

@@ -18,8 +18,9 @@ jsonl       JSONL text files of 2,000 documents each (``id``, ``text`` of a Zipf
 The 4x corpus is written once; the 1x corpus is its first quarter, hard-linked (image: the first
 ``files`` images; jsonl: the first quarter of the files), so 1x is exactly a subset of 4x with the
 same sizes and the same per-file layout. Both sizes use one target shard size: the 1x corpus's
-payload over ``--shards-1x`` (3: about 86 MB, near the default 100 MB), so 1x makes 3 shards and 4x
-makes 12 of the same size. A shard is what a writer holds at once; with the default 100 MB target,
+payload over ``--shards-1x`` (by default the shard count the default 100 MB target would give at 1x:
+3 in quick mode, about 86 MB each; 6 in full mode, about 104 MB), so 4x makes four times as many
+shards of the same size. A shard is what a writer holds at once; with the default 100 MB target,
 259 MB would make 3 shards of 86 MB and 1,033 MB 10 of 103 MB, and the larger shards alone would
 show as memory growth. The table's ``MB/shard`` column shows the payload per shard at each size.
 
@@ -75,6 +76,7 @@ QUICK = {"image": 10_000, "jsonl": 22}
 FULL = {"image": 24_000, "jsonl": 53}
 KINDS = ("image", "jsonl")
 TARGETS = {"rss_growth": 1.2, "time_growth": 4.5}
+DEFAULT_SHARD = 100e6  # convert's default --target-shard-size
 
 
 # --------------------------------------------------------------------------------------------------
@@ -404,9 +406,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--shards-1x",
         type=int,
-        default=3,
         help="the target shard size is the 1x corpus's payload over this (so 1x makes this many "
-        "shards and 4x four times as many, all of one size)",
+        "shards and 4x four times as many, all of one size); default: the count the default "
+        "100 MB target gives at 1x",
     )
     parser.add_argument(
         "--budget",
@@ -456,6 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     results: dict[str, list[Size]] = {}
     targets: dict[str, int] = {}
+    shards_1x: dict[str, int] = {}
     generate_s = 0.0
     try:
         for kind in kinds:  # every corpus first, then the runs round by round
@@ -472,8 +475,9 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-            # ceil: the 1x corpus makes exactly --shards-1x shards
-            targets[kind] = -(-corpora[0].payload // args.shards_1x)
+            # ceil: the 1x corpus makes exactly that many shards
+            shards_1x[kind] = args.shards_1x or max(1, round(corpora[0].payload / DEFAULT_SHARD))
+            targets[kind] = -(-corpora[0].payload // shards_1x[kind])
             results[kind] = sizes
         last: dict[str, float] = {}
         for rep in range(repeats):
@@ -519,9 +523,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print()
     print(
-        f"shardfeed convert at 1x and {args.scale}x, target shard size = 1x payload / "
-        f"{args.shards_1x} ("
-        + ", ".join(f"{k} {t / 1e6:.1f} MB" for k, t in targets.items())
+        f"shardfeed convert at 1x and {args.scale}x, target shard size = 1x payload / 1x shards ("
+        + ", ".join(f"{k} {t / 1e6:.1f} MB = /{shards_1x[k]}" for k, t in targets.items())
         + "), in-process runner"
         + (f" + {' '.join(args.convert_args)}" if args.convert_args else "")
         + f"; {os.cpu_count()} cores; Python {sys.version.split()[0]}"

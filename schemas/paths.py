@@ -25,7 +25,7 @@ def check_relative_path(path: str, field: str) -> str:
                 field, f"path {path!r:.80} is not valid Unicode ({err.reason} at {err.start})"
             ) from None
     # only a path with a '%' can decode to something else (this runs once per file read)
-    for candidate in _decodings(path) if "%" in path else (path,):
+    for candidate in percent_decodings(path) if "%" in path else (path,):
         if "\x00" in candidate or "\\" in candidate:
             raise UnsafePathError(field, f"path {path!r} contains a NUL or backslash")
         if candidate.startswith("/") or (len(candidate) > 1 and candidate[1] == ":"):
@@ -40,7 +40,7 @@ def check_relative_path(path: str, field: str) -> str:
     return path
 
 
-def _decodings(path: str) -> list[str]:
+def percent_decodings(path: str) -> list[str]:
     """``path`` and each percent-decoding of it until nothing changes (``%252e`` is ``%2e``
     once decoded, ``.`` twice: a layer that decodes again must not see an escape either)."""
     forms = [path]

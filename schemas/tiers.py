@@ -36,10 +36,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote
 
 from shardfeed.schemas._strict import get, require_object
 from shardfeed.schemas.errors import SchemaError
+from shardfeed.schemas.paths import percent_decodings
 from shardfeed.schemas.units import parse_bandwidth, parse_size
 
 try:
@@ -63,21 +63,10 @@ _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://(.*)", re.ASCII | re.DOTALL)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-def _decodings(text: str) -> list[str]:
-    """``text`` and each percent-decoding of it, until decoding changes nothing (``%252e``)."""
-    forms = [text]
-    while "%" in forms[-1] and len(forms) < 8:
-        decoded = unquote(forms[-1])
-        if decoded == forms[-1]:
-            break
-        forms.append(decoded)
-    return forms
-
-
 def _check_segments(path: str, text: str, field: str) -> None:
     """Refuse '.', '..' and empty segments, backslashes, NUL and control characters in ``path``
     and in its percent-decoded forms; ``text`` is the whole template, for the message."""
-    for form in _decodings(path):
+    for form in percent_decodings(path):
         if _CONTROL.search(form) or "\\" in form:
             raise SchemaError(field, f"{text!r:.80} contains a backslash or control character")
         for segment in form.split("/"):

@@ -49,6 +49,7 @@ import pytest
 from conftest import SMALL_SPEC, small_data
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from tier_fixtures import EXAMPLE_TIERS
 
 from shardfeed import write_dataset
 from shardfeed.assignment import World, assign, load_assignment
@@ -73,7 +74,7 @@ from shardfeed.hot_inputs import HotInputError, read_access_log
 from shardfeed.schemas.assignment import AssignmentHeader
 from shardfeed.schemas.errors import SchemaError
 from shardfeed.schemas.hot import CachePlanHeader, HotIndexHeader
-from shardfeed.schemas.info import Info
+from shardfeed.schemas.info import INFO_FIELDS, Info
 from shardfeed.schemas.locations import Locations, TierCopy
 from shardfeed.schemas.manifest import MANIFEST_PATH, Manifest
 from shardfeed.schemas.rejects import REASONS as REJECT_REASONS
@@ -334,21 +335,7 @@ MANIFEST_ROOTS = {
     "splits",
     "duplicates",
 }
-INFO_ROOTS = {
-    "codebase_version",
-    "robot_type",
-    "total_episodes",
-    "total_frames",
-    "total_tasks",
-    "chunks_size",
-    "fps",
-    "splits",
-    "data_path",
-    "video_path",
-    "features",
-    "data_files_size_in_mb",
-    "video_files_size_in_mb",
-}
+INFO_ROOTS = set(INFO_FIELDS)
 HEADER_ROOTS = {
     "format_version",
     "name",
@@ -497,31 +484,10 @@ def test_info_through_open_dataset(corpus: Corpus, edits) -> None:
 # ---------------------------------------------------------------------------------------------------
 # Tier config (TOML)
 
-TIERS_TOML = """\
-[tiers.nvme]
-path = "/local/nvme/{dataset}"
-scope = "node"
-capacity = "3.5TB"
-read_bandwidth = "12GB/s"
-
-[tiers.pfs]
-path = "/lustre/datasets/{dataset}"
-scope = "shared"
-capacity = "2PB"
-read_bandwidth = "400GB/s"
-stripe_count = "auto"
-stripe_size = "4MiB"
-
-[tiers.cold]
-path = "s3://bucket/datasets/{dataset}"
-scope = "shared"
-capacity = "10PB"
-read_bandwidth = "20GB/s"
-
-[policy]
-hot = ["nvme", "pfs"]
-all = ["pfs", "cold"]
-"""
+# issue 7's example (tests/tier_fixtures.py) with every optional field set
+TIERS_TOML = EXAMPLE_TIERS.replace(
+    'stripe_count = "auto"\n', 'stripe_count = "auto"\nstripe_size = "4MiB"\n'
+)
 TOML_SNIPPETS = st.sampled_from(
     [
         "capacity = 1e400",

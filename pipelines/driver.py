@@ -27,6 +27,7 @@ from shardfeed.formats.publish import DatasetOptions, ShardOutcome, publish
 from shardfeed.formats.rejects import REJECTS_DIR
 from shardfeed.formats.shard_writer import DEFAULT_ROW_GROUP_BYTES
 from shardfeed.formats.sources import SourceReader, detect_kind, open_source
+from shardfeed.formats.sources.base import DatasetMeta
 from shardfeed.pipelines.convert import (
     PREVIOUS,
     WORK_DIR,
@@ -57,6 +58,10 @@ class TooManyRejectsError(ShardfeedError):
     pass
 
 
+#: source kinds that hold encoded images: they get the image policy (validate, re-encode)
+_MEDIA_KINDS = ("imagefolder", "parquet", "webdataset", "lerobot")
+
+
 @dataclass(frozen=True)
 class ConvertConfig:
     """What a conversion produces. ``content_options`` lists the fields that change output bytes."""
@@ -84,6 +89,26 @@ class ConvertConfig:
 
     def image_policy(self) -> ImagePolicy:
         return ImagePolicy(self.validate, self.image_format, self.max_image_side)
+
+    def open_source(self, src: str, kind: str) -> SourceReader:
+        """``src`` opened as a ``kind`` source with this run's options; sources that hold
+        encoded images get the image policy."""
+        media = {"media_hook": self.image_policy()} if kind in _MEDIA_KINDS else {}
+        return open_source(src, kind, **media, **self.source_options)
+
+    def dataset_options(self, meta: DatasetMeta, kind: str, source: str) -> DatasetOptions:
+        """What the written dataset's bytes depend on, for sources of ``kind`` with ``meta``."""
+        return DatasetOptions(
+            tasks=meta.tasks,
+            fps=meta.fps,
+            robot_type=meta.robot_type,
+            target_shard_bytes=self.target_shard_bytes,
+            row_group_bytes=self.row_group_bytes,
+            encoding=self.encoding,
+            source=source,
+            content_options=self.content_options(kind),
+            cost=self.cost,
+        )
 
     def hot_settings(self) -> HotSettings | None:
         """The hot-shard settings, after checking the weights file and budget (fail before
@@ -170,29 +195,14 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
             "--dedup does not support episodic (LeRobot) sources: an episode's content hash covers "
             "its episode_index, index and timestamps, so no two episodes can be exact copies"
         )
-    media = (
-        {"media_hook": config.image_policy()}
-        if kind in ("imagefolder", "parquet", "webdataset", "lerobot")
-        else {}
-    )
-    source = open_source(stores.src, kind, **media, **config.source_options)
+    source = config.open_source(stores.src, kind)
     meta = source.meta()
     dst = stores.dst  # an object-store DST is built in a local scratch directory, then uploaded
     takeover = _only_leftovers(dst) and (stores.target is not None or not config.overwrite)
     if config.overwrite and stores.target is None:
         _mark_interrupted(dst)
     stores.prepare(config.overwrite, takeover)
-    options = DatasetOptions(
-        tasks=meta.tasks,
-        fps=meta.fps,
-        robot_type=meta.robot_type,
-        target_shard_bytes=config.target_shard_bytes,
-        row_group_bytes=config.row_group_bytes,
-        encoding=config.encoding,
-        source=source_name(config.src),
-        content_options=config.content_options(kind),
-        cost=config.cost,
-    )
+    options = config.dataset_options(meta, kind, source_name(config.src))
     graph = GraphConfig(dst=dst, seed=config.shuffle_seed or 0, options=options)
     if takeover:
         _keep_finished_shards(dst, graph.work)

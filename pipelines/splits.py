@@ -22,8 +22,8 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from shardfeed.formats.cost import resolve_cost_kind
-from shardfeed.formats.publish import DatasetOptions, ShardOutcome, prepare_root, publish
-from shardfeed.formats.sources import detect_kind, open_source
+from shardfeed.formats.publish import ShardOutcome, prepare_root, publish
+from shardfeed.formats.sources import detect_kind
 from shardfeed.pipelines.convert import ConvertFiles, GraphConfig, InferSchema
 from shardfeed.pipelines.driver import (
     ConvertConfig,
@@ -81,12 +81,7 @@ def run_split_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> C
                 f"the splits are of different kinds {kinds}; one dataset needs one (or pass --from)"
             )
         kind = kinds[names[0]]
-    media = (
-        {"media_hook": config.image_policy()}
-        if kind in ("imagefolder", "parquet", "webdataset", "lerobot")
-        else {}
-    )
-    sources = [open_source(src, kind, **media, **config.source_options) for _, src in config.splits]
+    sources = [config.open_source(src, kind) for _, src in config.splits]
     metas = [source.meta() for source in sources]
     meta = metas[0]
     for name, other in zip(names[1:], metas[1:], strict=True):
@@ -101,20 +96,11 @@ def run_split_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> C
         _mark_interrupted(dst)  # a kill while the old dataset goes leaves a DST to take over
     if not takeover:
         prepare_root(dst, config.overwrite)
-    options = DatasetOptions(
-        tasks=meta.tasks,
-        fps=meta.fps,
-        robot_type=meta.robot_type,
-        target_shard_bytes=config.target_shard_bytes,
-        row_group_bytes=config.row_group_bytes,
-        encoding=config.encoding,
-        source=",".join(
-            f"{name}={os.path.basename(os.path.abspath(src).rstrip('/'))}"
-            for name, src in config.splits
-        ),
-        content_options=config.content_options(kind),
-        cost=config.cost,
+    source = ",".join(
+        f"{name}={os.path.basename(os.path.abspath(src).rstrip('/'))}"
+        for name, src in config.splits
     )
+    options = config.dataset_options(meta, kind, source)
     seed = config.shuffle_seed or 0
     top = GraphConfig(dst=dst, seed=seed, options=options)
     if takeover:

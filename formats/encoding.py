@@ -86,14 +86,16 @@ class _ParquetShardFile:
         metadata = pq.read_metadata(handle)
         # a local shard whose writer recorded row-group CRC32Cs is checked with those (fast,
         # and before decoding); otherwise, or on an object store, with Parquet's page CRCs
+        # every group's byte range, once: loaders ask for it before each read (read-ahead hints)
+        self._extents = [_extent(metadata.row_group(g)) for g in range(metadata.num_row_groups)]
         self._checksums = None
         if self._map is not None:
-            extents = [_extent(metadata.row_group(g)) for g in range(metadata.num_row_groups)]
-            self._checksums = GroupChecksums.from_metadata(metadata.metadata, extents)
+            self._checksums = GroupChecksums.from_metadata(metadata.metadata, self._extents)
         self._file = pq.ParquetFile(
             handle,
             metadata=metadata,
-            pre_buffer=True,
+            # coalescing reads pays on object stores; a memory map's reads are zero-copy slices
+            pre_buffer=self._map is None,
             page_checksum_verification=self._checksums is None,
         )
 
@@ -111,7 +113,7 @@ class _ParquetShardFile:
         return self._file.schema_arrow
 
     def group_extent(self, index: int) -> tuple[int, int]:
-        return _extent(self._file.metadata.row_group(index))
+        return self._extents[index]
 
     def footer_sha256(self) -> str:
         return _footer_sha256(self._map if self._map is not None else self._source)
@@ -121,8 +123,11 @@ class _ParquetShardFile:
             for g in indices:  # the whole range, whichever columns are read
                 start, end = self._checksums.span(g)
                 self._checksums.check(g, self._bytes.slice(start, end - start))
+        # one row group is a loader's unit: its threads decode groups side by side already
         return self._file.read_row_groups(
-            list(indices), columns=list(columns) if columns is not None else None, use_threads=True
+            list(indices),
+            columns=list(columns) if columns is not None else None,
+            use_threads=len(indices) > 1,
         )
 
 

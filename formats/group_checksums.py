@@ -3,7 +3,8 @@
 Parquet's own page checksums are CRC-32 computed in software by Arrow: checking them was over a
 third of the loader's CPU time (``docs/BENCHMARKS.md``). shardfeed therefore records, while a
 shard is written, the CRC32C (hardware-accelerated, about 10 GB/s here, and computed without the
-GIL) of every row group's byte range, in the footer's key-value metadata under :data:`KEY`. A
+GIL, which the ``crc32c`` package releases for any buffer when asked; ``google-crc32c`` releases it
+only for ``bytes``, so checking a memory-mapped range held every other loader thread) of every row group's byte range, in the footer's key-value metadata under :data:`KEY`. A
 reader of a local shard checks the range before it decodes the group and leaves page checksums
 off; the range covers page headers as well as page data, so it checks more than page checksums
 do. Page checksums are still written, so any Parquet reader can check them, and shards without
@@ -21,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import google_crc32c
+import crc32c
 
 __all__ = ["KEY", "ChecksumError", "ChecksummingSink", "GroupChecksums"]
 
@@ -39,16 +40,15 @@ class ChecksummingSink:
 
     def __init__(self, sink: Any) -> None:
         self._sink = sink
-        self._crc = google_crc32c.Checksum()
+        self._crc = 0
         self.size = 0
         self.ends: list[int] = []
         self.crcs: list[int] = []
         self.closed = False
 
     def write(self, data: Any) -> int:
-        # pyarrow hands over bytes; the CRC32C extension takes bytes or Arrow buffers, not views
-        chunk = data if isinstance(data, bytes) else bytes(data)
-        self._crc.update(chunk)
+        chunk = data if isinstance(data, bytes) else bytes(data)  # pyarrow hands over bytes
+        self._crc = crc32c.crc32c(chunk, self._crc)
         self._sink.write(chunk)
         self.size += len(chunk)
         return len(chunk)
@@ -61,8 +61,8 @@ class ChecksummingSink:
     def mark(self) -> None:
         """End a row group's range here."""
         self.ends.append(self.size)
-        self.crcs.append(int.from_bytes(self._crc.digest(), "big"))
-        self._crc = google_crc32c.Checksum()
+        self.crcs.append(self._crc)
+        self._crc = 0
 
     def metadata(self) -> dict[bytes, bytes]:
         """The footer entry for the ranges marked so far."""
@@ -115,7 +115,7 @@ class GroupChecksums:
 
     def check(self, group: int, data: Any) -> None:
         """Raise :class:`ChecksumError` unless ``data`` (the bytes of :meth:`span`) matches."""
-        got = google_crc32c.value(data)
+        got = crc32c.crc32c(data, 0, 1)  # 1: release the GIL whatever ``data`` is
         if got != self.crcs[group]:
             start, end = self.span(group)
             raise ChecksumError(

@@ -8,7 +8,7 @@ Each record is::
     uint32 masked_crc32c(data)
 
 where ``masked(crc) = ((crc >> 15) | (crc << 17)) + 0xa282ead8 (mod 2**32)`` and crc32c is
-Castagnoli's CRC (``google-crc32c``). A GZIP file is the same stream inside gzip members.
+Castagnoli's CRC (``crc32c``). A GZIP file is the same stream inside gzip members.
 
 Offsets are byte offsets of a record's first header byte in the *uncompressed* stream, counted from
 where reading (or writing) started. Only plain files are random access (:func:`read_record_at`).
@@ -38,7 +38,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import BinaryIO, Literal
 
-import google_crc32c
+import crc32c
 import numpy as np
 
 from shardfeed.schemas.errors import ShardfeedError
@@ -75,7 +75,7 @@ _MASK_DELTA = 0xA282EAD8
 _HEADER = struct.Struct("<QI")
 _LENGTH = struct.Struct("<Q")
 _CRC = struct.Struct("<I")
-_crc32c = google_crc32c.value
+_crc32c = crc32c.crc32c
 
 
 class TFRecordError(ShardfeedError):

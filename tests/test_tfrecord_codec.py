@@ -70,7 +70,7 @@ def read_tolerant(source, **kwargs) -> tuple[list[tuple[int, bytes]], list[TFRec
 
 
 def crc32c_bitwise(data: bytes) -> int:
-    """Castagnoli CRC, bit by bit (reflected polynomial 0x82F63B78): independent of google-crc32c."""
+    """Castagnoli CRC, bit by bit (reflected polynomial 0x82F63B78): independent of the crc32c package."""
     crc = 0xFFFFFFFF
     for byte in data:
         crc ^= byte

@@ -12,14 +12,29 @@ byte when warm).
 from __future__ import annotations
 
 import os
+import threading
 
 
-def hint(path: str, start: int, end: int) -> None:
-    """Ask the kernel to start reading ``[start, end)`` of ``path`` now, without waiting."""
-    if not hasattr(os, "posix_fadvise") or end <= start:
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
+class ReadAhead:
+    """Read-ahead hints for one loader pass, with one open descriptor per file (opening and
+    closing one per hint cost more than the hint); thread-safe; :meth:`close` ends it."""
+
+    def __init__(self) -> None:
+        self._fds: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def hint(self, path: str, start: int, end: int) -> None:
+        """Ask the kernel to start reading ``[start, end)`` of ``path`` now, without waiting."""
+        if not hasattr(os, "posix_fadvise") or end <= start:
+            return
+        with self._lock:
+            fd = self._fds.get(path)
+            if fd is None:
+                fd = self._fds[path] = os.open(path, os.O_RDONLY)
         os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_WILLNEED)
-    finally:
-        os.close(fd)
+
+    def close(self) -> None:
+        with self._lock:
+            fds, self._fds = self._fds, {}
+        for fd in fds.values():
+            os.close(fd)

@@ -2,7 +2,8 @@
 
 Pure numpy, no I/O. A piece is rows ``[lo, hi)`` of row group ``group`` of ``shard``; batch ``k``
 is pieces ``batch_starts[k]:batch_starts[k + 1]``, in stream order. The loader reads each piece's
-whole row group once (the unit Parquet decodes) and slices it, so reads are never row by row.
+whole row group (the unit Parquet decodes; ``schedule.py`` says when) and slices it, so reads
+are never row by row.
 """
 
 from __future__ import annotations
@@ -67,21 +68,6 @@ class ReadPlan:
     def batch_payload(self, k: int) -> int:
         part = self.batch(k)
         return int(self.payload[part.start : part.stop].sum())
-
-    def next_use(self) -> np.ndarray:
-        """For each piece, the position of the next piece in the same row group (len: none).
-
-        Blocks of a shard need not align with its row groups, so one group often feeds two
-        pieces a few blocks apart; the loader keeps a decoded group while its next use is near
-        instead of decoding it twice."""
-        n = len(self.shard)
-        order = np.lexsort((np.arange(n), self.group, self.shard))
-        same = (self.shard[order][1:] == self.shard[order][:-1]) & (
-            self.group[order][1:] == self.group[order][:-1]
-        )
-        out = np.full(n, n, dtype=np.int64)
-        out[order[:-1][same]] = order[1:][same]
-        return out
 
 
 def plan_reads(spans: Spans, groups: GroupIndex, row_bytes: RowBytes, batch_size: int) -> ReadPlan:

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,8 @@ from shardfeed.formats.reader import Dataset
 from shardfeed.loader.columns import Batch, to_batch
 from shardfeed.loader.mixture import interleave, normalize
 from shardfeed.loader.pins import pinned_shards
-from shardfeed.loader.readahead import hint
+from shardfeed.loader.readahead import ReadAhead
+from shardfeed.loader.schedule import ReadSchedule, schedule_reads
 from shardfeed.loader.streams import Stream, as_world
 from shardfeed.planning.assign import World
 from shardfeed.schemas.units import parse_size
@@ -42,8 +44,8 @@ DEFAULT_IO_THREADS = 4
 #: a decoded row group is kept when a piece this close ahead reads it again (at ~4 MiB per
 #: group, at most this many groups' worth of memory)
 _REUSE_WINDOW = 32
-#: kernel read-ahead hints reach this many times ``prefetch`` batches ahead
-_HINT_FACTOR = 2
+#: row-group reads kept in flight per I/O thread; kernel read-ahead hints run as far again ahead
+_READS_PER_THREAD = 2
 _END = object()
 
 DatasetLike = Dataset | str | os.PathLike
@@ -327,7 +329,9 @@ class _Pipeline:
         self.loader = loader
         self.out: queue.Queue = queue.Queue(maxsize=loader.prefetch)
         self._stopped = threading.Event()
+        self._reads: ReadSchedule | None = None
         self._io = ThreadPoolExecutor(loader.io_threads, thread_name_prefix="shardfeed-io")
+        self._readahead = ReadAhead()
         self._decode = (
             ThreadPoolExecutor(min(4, os.cpu_count() or 2), thread_name_prefix="shardfeed-decode")
             if loader.decode_images
@@ -347,6 +351,7 @@ class _Pipeline:
                 break
         self._thread.join()
         self._io.shutdown(wait=True, cancel_futures=True)
+        self._readahead.close()
         if self._decode is not None:
             self._decode.shutdown(wait=True, cancel_futures=True)
 
@@ -368,51 +373,39 @@ class _Pipeline:
 
     def _produce(self, start: int) -> None:
         loader = self.loader
-        source, index = loader._schedule
-        steps = len(source)
         names = list(loader.columns)
-        next_use = [s.plan.next_use() for s in loader.streams]
-        reading: dict[tuple[int, int, int], Future] = {}
-        decoded: dict[tuple[int, int, int], pa.Table] = {}
-        ahead = hinted = start
-        for step in range(start, steps):
+        pieces = _Pieces.of(loader, start)
+        schedule = schedule_reads(pieces.stream, pieces.shard, pieces.group, _REUSE_WINDOW)
+        self._reads = schedule
+        # reads in flight beyond the one being consumed: enough to keep every I/O thread busy
+        # and the disk queue deep, whatever the batch size
+        ahead = max(_READS_PER_THREAD * loader.io_threads, 1)
+        pending: dict[int, Future] = {}
+        submitted = 0
+        for i in range(len(pieces.ends) - 1):
             if self._stopped.is_set():
                 return
-            while ahead < min(steps, step + 1 + loader.prefetch):  # read the batches ahead
-                for key in self._groups(int(source[ahead]), int(index[ahead])):
-                    if key not in reading and key not in decoded:
-                        reading[key] = self._io.submit(self._read, key, names)
-                ahead += 1
-            # and, as many batches further, let the kernel start reading (deeper disk queue)
-            while hinted < min(steps, step + 1 + _HINT_FACTOR * loader.prefetch):
-                for key in self._groups(int(source[hinted]), int(index[hinted])):
-                    self._hint(key)
-                hinted += 1
-            s, k = int(source[step]), int(index[step])
-            stream = loader.streams[s]
-            plan = stream.plan
+            lo, hi = int(pieces.ends[i]), int(pieces.ends[i + 1])
+            # every read the next ``prefetch`` batches start, and at least ``ahead`` reads
+            horizon = int(pieces.ends[min(i + 1 + loader.prefetch, len(pieces.ends) - 1)])
+            wanted = max(
+                int(np.searchsorted(schedule.first, horizon)), int(schedule.read[lo]) + 1 + ahead
+            )
+            while submitted < min(wanted, schedule.num_reads):
+                pending[submitted] = self._io.submit(self._read, submitted, names)
+                submitted += 1
             parts = []
-            for p in plan.batch(k):
-                key = (s, int(plan.shard[p]), int(plan.group[p]))
-                table = decoded.pop(key, None)
-                if table is None:
-                    waiting = reading.pop(key, None)
-                    table = waiting.result() if waiting else self._read(key, names)
-                if next_use[s][p] - p <= _REUSE_WINDOW:
-                    decoded[key] = table
-                piece = table.slice(int(plan.lo[p]), int(plan.hi[p] - plan.lo[p]))
-                parts.append(piece)
+            for p in range(lo, hi):
+                r = int(schedule.read[p])
+                table = pending[r].result()
+                if schedule.last[r] == p:
+                    del pending[r]  # its last piece: the table goes with the batch
+                parts.append(table.slice(int(pieces.lo[p]), int(pieces.hi[p] - pieces.lo[p])))
+            s, k = int(pieces.source[i]), int(pieces.index[i])
+            stream = loader.streams[s]
             batch = to_batch(parts, stream.dataset.features, names, decode=self._decode)
-            if not self._put((batch, plan.batch_rows(k), plan.batch_payload(k))):
+            if not self._put((batch, stream.plan.batch_rows(k), stream.plan.batch_payload(k))):
                 return
-
-    def _groups(self, source: int, k: int) -> list[tuple[int, int, int]]:
-        plan = self.loader.streams[source].plan
-        part = plan.batch(k)
-        pairs = zip(
-            plan.shard[part.start : part.stop], plan.group[part.start : part.stop], strict=False
-        )
-        return list(dict.fromkeys((source, int(s), int(g)) for s, g in pairs))
 
     def _hint(self, key: tuple[int, int, int]) -> None:
         source, shard, group = key
@@ -422,17 +415,59 @@ class _Pipeline:
         try:
             extent = dataset.local_extent(shard, group)
             if extent is not None:
-                hint(*extent)
+                self._readahead.hint(*extent)
         except Exception as err:  # a hint only: the read reports the problem properly
             log.debug("read-ahead hint for shard %d group %d skipped: %s", shard, group, err)
 
-    def _read(self, key: tuple[int, int, int], names: list[str]) -> pa.Table:
-        """Decode a row group (in an I/O thread; pyarrow releases the GIL)."""
-        source, shard, group = key
+    def _read(self, r: int, names: list[str]) -> pa.Table:
+        """Decode read ``r``'s row group (in an I/O thread; pyarrow releases the GIL), after
+        hinting the one ``ahead`` reads later to the kernel, so the disk is busy meanwhile."""
+        reads = self._reads
+        later = r + _READS_PER_THREAD * self.loader.io_threads
+        if later < reads.num_reads:
+            self._hint((int(reads.stream[later]), int(reads.shard[later]), int(reads.group[later])))
+        source, shard, group = int(reads.stream[r]), int(reads.shard[r]), int(reads.group[r])
         dataset = self.loader.streams[source].dataset
         table = dataset.read_row_group(shard, group, names)
         self.loader._metrics.read_group(dataset.served_on_node(shard))
         return table
+
+
+@dataclass(frozen=True)
+class _Pieces:
+    """The pieces of a pass from step ``start`` on, in delivery order, across the streams."""
+
+    source: np.ndarray  # per step: its stream and that stream's batch
+    index: np.ndarray
+    ends: np.ndarray  # len steps + 1: where each step's pieces start, then P
+    stream: np.ndarray  # per piece
+    shard: np.ndarray
+    group: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+
+    @classmethod
+    def of(cls, loader: ShardLoader, start: int) -> _Pieces:
+        source, index = (a[start:] for a in loader._schedule)
+        plans = [s.plan for s in loader.streams]
+        begin = np.empty(len(source), dtype=np.int64)
+        count = np.empty(len(source), dtype=np.int64)
+        for s, plan in enumerate(plans):
+            mine = source == s
+            begin[mine] = plan.batch_starts[index[mine]]
+            count[mine] = plan.batch_starts[index[mine] + 1] - begin[mine]
+        ends = np.zeros(len(source) + 1, dtype=np.int64)
+        np.cumsum(count, out=ends[1:])
+        stream = np.repeat(source, count)
+        position = np.repeat(begin - ends[:-1], count) + np.arange(ends[-1], dtype=np.int64)
+        columns = {
+            name: np.empty(len(stream), dtype=np.int64) for name in ("shard", "group", "lo", "hi")
+        }
+        for s, plan in enumerate(plans):
+            mine = stream == s
+            for name, out in columns.items():
+                out[mine] = getattr(plan, name)[position[mine]]
+        return cls(source=source, index=index, ends=ends, stream=stream, **columns)
 
 
 def _sources(dataset: Sources) -> tuple[list[DatasetLike], list[float]]:

@@ -1,12 +1,13 @@
 """``ShardLoader``: one loader worker's batches of an epoch, read ahead in background threads.
 
 The worker's rows come from the assignment (stored, given, or planned in memory the same way on
-every rank), cut into pieces inside one row group (``reads.py``). A pool of I/O threads decodes
-the row groups of the next ``prefetch`` batches in parallel (pyarrow releases the GIL); a
-producer thread slices them into batches in stream order for the consumer. The row groups of the
-batches after those get kernel read-ahead hints (``readahead.py``), so a cold disk has many large
-requests in flight while the decoders work. Several datasets interleave by weight, one batch at
-a time (``mixture.py``).
+every rank), cut into pieces inside one row group (``reads.py``). Every row-group read of the pass
+is listed up front (``schedule.py``); a pool of I/O threads works down the list a fixed depth
+ahead, decoding in parallel (pyarrow and the row-group checksum release the GIL), and hints the
+kernel to start reading the groups as far again ahead (``readahead.py``), so a cold disk has many
+large requests in flight. A producer thread slices the decoded groups into batches in stream
+order for the consumer. Several datasets interleave by weight, one batch at a time
+(``mixture.py``).
 """
 
 from __future__ import annotations

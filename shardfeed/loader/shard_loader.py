@@ -45,8 +45,12 @@ DEFAULT_IO_THREADS = 4
 #: a decoded row group is kept when a piece this close ahead reads it again (at ~4 MiB per
 #: group, at most this many groups' worth of memory)
 _REUSE_WINDOW = 32
-#: row-group reads kept in flight per I/O thread; kernel read-ahead hints run as far again ahead
+#: row-group reads kept in flight per I/O thread beyond the one being consumed
 _READS_PER_THREAD = 2
+#: how many reads per I/O thread ahead of its current read a thread hints to the kernel (8
+#: interleaved runs of the benchmark's image corpus, cold: 2 -> 49k images/s, 4 -> 54k, 8 -> 56k;
+#: again: 4 -> 63k, 8 -> 56k, 16 -> 57k; within the noise, so the shallowest good one)
+_HINTS_PER_THREAD = 4
 _END = object()
 
 DatasetLike = Dataset | str | os.PathLike
@@ -422,9 +426,9 @@ class _Pipeline:
 
     def _read(self, r: int, names: list[str]) -> pa.Table:
         """Decode read ``r``'s row group (in an I/O thread; pyarrow releases the GIL), after
-        hinting the one ``ahead`` reads later to the kernel, so the disk is busy meanwhile."""
+        hinting a later read to the kernel, so the disk is busy meanwhile."""
         reads = self._reads
-        later = r + _READS_PER_THREAD * self.loader.io_threads
+        later = r + _HINTS_PER_THREAD * self.loader.io_threads
         if later < reads.num_reads:
             self._hint((int(reads.stream[later]), int(reads.shard[later]), int(reads.group[later])))
         source, shard, group = int(reads.stream[r]), int(reads.shard[r]), int(reads.group[r])

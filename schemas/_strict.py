@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -114,6 +115,20 @@ def check_unicode(value: Any, where: str = "") -> None:
             for key, child in node.items():
                 path = f"{field}.{key}" if field else str(key)
                 stack += [(child, path), (key, field or "<root>")]  # the key is checked first
+        elif isinstance(node, list):
+            stack += [(child, f"{field}[{i}]") for i, child in enumerate(node)]
+
+
+def check_finite(value: Any, where: str) -> None:
+    """Refuse NaN or an infinity anywhere in a decoded JSON value: Python's decoder accepts
+    ``NaN`` and ``Infinity``, which no other JSON reader does, and NaN breaks equality."""
+    stack = [(value, where)]
+    while stack:
+        node, field = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            raise SchemaError(field, f"is {node!r}, not a finite number")
+        if isinstance(node, dict):
+            stack += [(child, f"{field}.{key}") for key, child in node.items()]
         elif isinstance(node, list):
             stack += [(child, f"{field}[{i}]") for i, child in enumerate(node)]
 

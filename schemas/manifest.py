@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardfeed.schemas._strict import (
+    check_finite,
     count,
     get,
     item_count,
@@ -194,9 +195,11 @@ class Provenance:
     @classmethod
     def from_json(cls, obj: Any, where: str = "provenance") -> Provenance:
         obj = require_object(obj, where)
+        options = get(obj, "content_options", dict, where)
+        check_finite(options, f"{where}.content_options")
         return cls(
             source=get(obj, "source", str, where),
-            content_options=get(obj, "content_options", dict, where),
+            content_options=options,
             shardfeed_version=get(obj, "shardfeed_version", str, where),
         )
 

@@ -349,6 +349,17 @@ def test_manifest_malformed_version_refused(version):
     assert _load_error(obj).field == "format_version"
 
 
+@pytest.mark.parametrize("token", ["NaN", "Infinity", "-Infinity"])
+def test_manifest_non_finite_content_option_refused(token):
+    text = json.dumps(_manifest_obj()).replace(
+        '"target_shard_size": 100', f'"q": [1, {{"x": {token}}}]'
+    )
+    with pytest.raises(SchemaError) as info:
+        Manifest.loads(text)
+    assert info.value.field == "provenance.content_options.q[1].x"
+    assert "finite" in str(info.value)
+
+
 def test_manifest_unknown_encoding_refused():
     obj = _manifest_obj()
     obj["encoding"] = "arrow"

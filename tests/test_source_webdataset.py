@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
@@ -30,6 +30,7 @@ from shardfeed.formats.sources.base import UnitRef
 from shardfeed.formats.sources.webdataset import (
     InferredFields,
     WebDatasetSource,
+    _first_group,
     column_name,
     expand_braces,
     field_kind,
@@ -163,6 +164,30 @@ def tree(root: Path) -> dict[str, bytes]:
 )
 def test_expand_braces(pattern, names) -> None:
     assert expand_braces(pattern) == names
+
+
+def _first_group_by_depth(pattern: str) -> tuple[int, int] | None:
+    """The definition: the first ``{`` whose depth count returns to zero, and where."""
+    for start, char in enumerate(pattern):
+        if char == "{":
+            depth = 0
+            for end in range(start, len(pattern)):
+                depth += {"{": 1, "}": -1}.get(pattern[end], 0)
+                if depth == 0:
+                    return start, end
+    return None
+
+
+@given(st.text(alphabet="{}a,", max_size=40))
+@settings(max_examples=500, deadline=None)
+def test_first_group_is_the_first_balanced_brace(pattern) -> None:
+    assert _first_group(pattern) == _first_group_by_depth(pattern)
+
+
+def test_many_unmatched_braces_stay_literal() -> None:
+    # 20,000 unmatched braces: the depth scan above would take ~10^8 steps; one pass is instant
+    pattern = "{" * 20_000 + "a{1,2}"
+    assert expand_braces(pattern) == ["{" * 20_000 + "a1", "{" * 20_000 + "a2"]
 
 
 def test_brace_bounds_and_pattern_detection() -> None:

@@ -141,16 +141,18 @@ def expand_braces(pattern: str) -> list[str]:
 
 
 def _first_group(pattern: str) -> tuple[int, int] | None:
-    """Offsets of the first ``{`` and its matching ``}``, or None."""
-    for start, char in enumerate(pattern):
-        if char != "{":
-            continue
-        depth = 0
-        for end in range(start, len(pattern)):
-            depth += {"{": 1, "}": -1}.get(pattern[end], 0)
-            if depth == 0:
-                return start, end
-    return None
+    """Offsets of the first ``{`` that has a matching ``}``, and that ``}``, or None. One pass
+    with a stack: a run of unmatched ``{`` costs linear time, not quadratic."""
+    opened: list[int] = []
+    first: tuple[int, int] | None = None
+    for i, char in enumerate(pattern):
+        if char == "{":
+            opened.append(i)
+        elif char == "}" and opened:
+            start = opened.pop()  # an enclosing group closes later, with a smaller start
+            if first is None or start < first[0]:
+                first = (start, i)
+    return first
 
 
 def _split_top(body: str) -> list[str]:

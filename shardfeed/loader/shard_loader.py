@@ -416,7 +416,7 @@ class _Pipeline:
         source, shard, group = key
         dataset = self.loader.streams[source].dataset
         if dataset.node_cache is not None and not dataset.is_open(shard):
-            return  # opening may copy into the node cache: the I/O threads do that, not this one
+            return  # opening may copy the shard into the node cache: the read does that, not a hint
         try:
             extent = dataset.local_extent(shard, group)
             if extent is not None:

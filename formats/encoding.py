@@ -84,10 +84,10 @@ class _ParquetShardFile:
         # nothing (``read_at`` would copy each range into a new bytes object)
         self._bytes = self._map.read_buffer() if self._map is not None else None
         metadata = pq.read_metadata(handle)
-        # a local shard whose writer recorded row-group CRC32Cs is checked with those (fast,
-        # and before decoding); otherwise, or on an object store, with Parquet's page CRCs
         # every group's byte range, once: loaders ask for it before each read (read-ahead hints)
         self._extents = [_extent(metadata.row_group(g)) for g in range(metadata.num_row_groups)]
+        # a local shard whose writer recorded row-group CRC32Cs is checked with those (fast,
+        # and before decoding); otherwise, or on an object store, with Parquet's page CRCs
         self._checksums = None
         if self._map is not None:
             self._checksums = GroupChecksums.from_metadata(metadata.metadata, self._extents)

@@ -2,12 +2,12 @@
 
 Parquet's own page checksums are CRC-32 computed in software by Arrow: checking them was over a
 third of the loader's CPU time (``docs/BENCHMARKS.md``). shardfeed therefore records, while a
-shard is written, the CRC32C (hardware-accelerated, about 10 GB/s here, and computed without the
-GIL, which the ``crc32c`` package releases for any buffer when asked; ``google-crc32c`` releases it
-only for ``bytes``, so checking a memory-mapped range held every other loader thread) of every row group's byte range, in the footer's key-value metadata under :data:`KEY`. A
-reader of a local shard checks the range before it decodes the group and leaves page checksums
-off; the range covers page headers as well as page data, so it checks more than page checksums
-do. Page checksums are still written, so any Parquet reader can check them, and shards without
+shard is written, the CRC32C (hardware-accelerated, about 10 GB/s here) of every row group's byte
+range, in the footer's key-value metadata under :data:`KEY`. The check runs without the GIL: the
+``crc32c`` package releases it for any buffer when asked (``google-crc32c`` releases it only for
+``bytes``, so checking a memory-mapped range held every other loader thread). A reader of a
+local shard checks the range before it decodes the group and leaves page checksums off; the range
+covers page headers as well as page data, so it checks more than page checksums do. Page checksums are still written, so any Parquet reader can check them, and shards without
 the key (written before it existed) are read with page checksums checked, as before.
 
 The value is JSON, ``{"ends": [e0, e1, ...], "crc32c": [c0, c1, ...]}``: row group ``g`` was

@@ -1,6 +1,6 @@
 """The row-group reads of a loader pass, in the order its pieces need them.
 
-Pure numpy and Python, no I/O. A piece names a row group by ``(stream, shard, group)``; pieces
+Pure numpy, no I/O. A piece names a row group by ``(stream, shard, group)``; pieces
 come in delivery order. Each piece is served by a *read*: one decode of its row group. A
 decoded group is kept for the next piece that uses it when that piece is at most ``window``
 pieces ahead (blocks need not align with row groups, so one group often feeds two nearby
@@ -38,40 +38,29 @@ def schedule_reads(
     """The reads serving pieces ``(stream, shard, group)`` taken in order (see module doc)."""
     if window < 0:
         raise ValueError(f"window must be >= 0, got {window}")
+    stream, shard, group = (np.asarray(a, dtype=np.int64) for a in (stream, shard, group))
     n = len(shard)
-    read = np.empty(n, dtype=np.int64)
-    first: list[int] = []
-    last: list[int] = []
-    held: dict[tuple[int, int, int], int] = {}  # row group -> the read whose table is kept
-    upcoming = _next_use(stream, shard, group).tolist()
-    keys = list(zip(stream.tolist(), shard.tolist(), group.tolist(), strict=True))
-    for p, key in enumerate(keys):
-        r = held.pop(key, None)
-        if r is None:
-            r = len(first)
-            first.append(p)
-            last.append(p)
-        read[p] = r
-        last[r] = p
-        if upcoming[p] - p <= window:
-            held[key] = r
-    first_arr = np.asarray(first, dtype=np.int64)
-    return ReadSchedule(
-        read=read,
-        stream=np.asarray(stream, dtype=np.int64)[first_arr],
-        shard=np.asarray(shard, dtype=np.int64)[first_arr],
-        group=np.asarray(group, dtype=np.int64)[first_arr],
-        first=first_arr,
-        last=np.asarray(last, dtype=np.int64),
-    )
-
-
-def _next_use(stream: np.ndarray, shard: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """For each piece, the position of the next piece of the same row group (none: ``len``)."""
-    n = len(shard)
+    # each row group's uses, in delivery order; a use more than ``window`` pieces after the
+    # previous one of its group (or a group's first use) starts a new read
     order = np.lexsort((np.arange(n), group, shard, stream))
     s, h, g = stream[order], shard[order], group[order]
-    same = (s[1:] == s[:-1]) & (h[1:] == h[:-1]) & (g[1:] == g[:-1])
-    out = np.full(n, n, dtype=np.int64)
-    out[order[:-1][same]] = order[1:][same]
-    return out
+    starts = np.ones(n, dtype=bool)
+    starts[1:] = (s[1:] != s[:-1]) | (h[1:] != h[:-1]) | (g[1:] != g[:-1])
+    starts[1:] |= np.diff(order) > window
+    run = np.cumsum(starts) - 1  # the run of uses (one read) each sorted piece belongs to
+    run_first = order[starts]
+    run_last = order[np.r_[np.flatnonzero(starts)[1:] - 1, n - 1]] if n else order[:0]
+    number = np.empty(len(run_first), dtype=np.int64)  # reads are numbered by first use
+    by_first = np.argsort(run_first, kind="stable")
+    number[by_first] = np.arange(len(run_first))
+    read = np.empty(n, dtype=np.int64)
+    read[order] = number[run]
+    first = run_first[by_first]
+    return ReadSchedule(
+        read=read,
+        stream=stream[first],
+        shard=shard[first],
+        group=group[first],
+        first=first,
+        last=run_last[by_first],
+    )

@@ -7,8 +7,9 @@ range, in the footer's key-value metadata under :data:`KEY`. The check runs with
 ``crc32c`` package releases it for any buffer when asked (``google-crc32c`` releases it only for
 ``bytes``, so checking a memory-mapped range held every other loader thread). A reader of a
 local shard checks the range before it decodes the group and leaves page checksums off; the range
-covers page headers as well as page data, so it checks more than page checksums do. Page checksums are still written, so any Parquet reader can check them, and shards without
-the key (written before it existed) are read with page checksums checked, as before.
+covers page headers as well as page data, so it checks more than page checksums do. Page
+checksums are still written, so any Parquet reader can check them, and shards without the key
+(written before it existed) are read with page checksums checked, as before.
 
 The value is JSON, ``{"ends": [e0, e1, ...], "crc32c": [c0, c1, ...]}``: row group ``g`` was
 written as the bytes ``[e(g-1), e(g))`` of the file (``e(-1) = 0``, so the first range includes

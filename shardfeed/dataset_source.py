@@ -34,9 +34,12 @@ class DatasetSource:
         return DatasetRef(m.fingerprint, m.num_samples, len(m.shards))
 
     def row_bytes(self) -> RowBytes:
-        """Every sample's payload bytes, from ``meta/shardfeed/samples.parquet``."""
-        rows = np.array([s.rows for s in self.manifest.shards], dtype=np.int64)
-        return RowBytes.from_sizes(read_sample_bytes(self.location, self.manifest), rows)
+        """Every sample's payload bytes, from ``meta/shardfeed/samples.parquet``, and where each
+        row group starts."""
+        shards = self.manifest.shards
+        rows = np.array([s.rows for s in shards], dtype=np.int64)
+        sizes = read_sample_bytes(self.location, self.manifest)
+        return RowBytes.from_sizes(sizes, rows, [s.row_groups for s in shards])
 
     def sequence(self, split: str | None = None) -> Spans:
         """Every row of every shard, in shard order; with ``split``, only the shards of that

@@ -23,13 +23,24 @@ from shardfeed.planning.spans import RowBytes, Spans
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def make_dataset(seed: int, shards: int, rows: tuple[int, int], sigma: float) -> RowBytes:
+def make_dataset(
+    seed: int, shards: int, rows: tuple[int, int], sigma: float, group_rows: int | None = None
+) -> RowBytes:
+    """Random shards and lognormal sample sizes; with ``group_rows``, each shard is also cut
+    into row groups of 1 to ``group_rows`` rows (the layout the planner then reads by)."""
     rng = np.random.default_rng(seed)
     per_shard = rng.integers(rows[0], rows[1] + 1, shards)
     sizes = np.maximum(1, rng.lognormal(np.log(2000.0), sigma, int(per_shard.sum()))).astype(
         np.int64
     )
-    return RowBytes.from_sizes(sizes, per_shard)
+    groups = None
+    if group_rows is not None:
+        groups = []
+        for n in per_shard.tolist():
+            cuts = np.cumsum(rng.integers(1, group_rows + 1, n + 1))
+            bounds = np.r_[0, cuts[cuts < n], n]
+            groups.append(np.diff(bounds).tolist())
+    return RowBytes.from_sizes(sizes, per_shard, groups)
 
 
 def sequence_of(row_bytes: RowBytes) -> Spans:
@@ -72,11 +83,12 @@ policies = st.builds(
     world=worlds,
     policy=policies,
     epoch=st.integers(0, 5),
+    group_rows=st.one_of(st.none(), st.integers(1, 120)),
 )
 def test_equal_counts_exact_coverage_and_determinism(
-    data_seed, shards, max_rows, sigma, world, policy, epoch
+    data_seed, shards, max_rows, sigma, world, policy, epoch, group_rows
 ):
-    row_bytes = make_dataset(data_seed, shards, (1, max_rows), sigma)
+    row_bytes = make_dataset(data_seed, shards, (1, max_rows), sigma, group_rows)
     total = row_bytes.num_samples
     per = samples_per_rank(total, world.ranks, policy.mode, policy.batch_size)
     assume(per > 0 and total >= world.nodes)
@@ -159,12 +171,16 @@ def test_node_affinity(data_seed, nodes, shards_per_node, gpus, sigma, seed, epo
     per=st.integers(100, 400),
     mode=st.sampled_from([PAD, DROP]),
     seed=st.integers(0, 1000),
+    group_rows=st.one_of(st.none(), st.integers(1, 400)),
 )
-def test_bytes_balance_with_100_samples_per_rank(data_seed, sigma, nodes, gpus, per, mode, seed):
+def test_bytes_balance_with_100_samples_per_rank(
+    data_seed, sigma, nodes, gpus, per, mode, seed, group_rows
+):
     world = World(nodes, gpus, 1)
     shards = 4 * nodes + data_seed % 7
     target = per * world.ranks
-    row_bytes = make_dataset(data_seed, shards, (target // shards, target // shards + 10), sigma)
+    rows = (target // shards, target // shards + 10)
+    row_bytes = make_dataset(data_seed, shards, rows, sigma, group_rows)
     plan = plan_epoch(sequence_of(row_bytes), row_bytes, world, Policy(mode, seed=seed), 0)
     assert plan.samples_per_rank >= 100
     load = per_rank(plan, world, row_bytes.of(plan.spans))
@@ -207,6 +223,55 @@ def test_block_rows_knob_trades_spans_for_shuffle():
     assert len(small) > 5 * len(large)
 
 
+@SETTINGS
+@given(
+    data_seed=st.integers(0, 10_000),
+    gpus=st.integers(1, 4),
+    workers=st.integers(1, 3),
+    batch=st.one_of(st.none(), st.integers(1, 64)),
+    group_rows=st.integers(1, 150),
+    seed=st.integers(0, 1000),
+    epoch=st.integers(0, 3),
+)
+def test_each_row_group_is_read_in_one_run(
+    data_seed, gpus, workers, batch, group_rows, seed, epoch
+):
+    """With the row groups known, a piece is a whole row group, so every (rank, worker) reads
+    each group's rows in one run: a reader decodes each group once. (One node, ``drop``: padding
+    repeats rows and node exchanges move single rows, both by design.)"""
+    world = World(1, gpus, workers)
+    row_bytes = make_dataset(data_seed, 20, (100 * gpus, 200 * gpus), 0.5, group_rows)
+    plan = plan_epoch(
+        sequence_of(row_bytes), row_bytes, world, Policy(DROP, batch, None, seed), epoch
+    )
+    assume(plan.block_rows * 2 >= 3 * group_rows)  # no group is split into parts
+    for part in np.unique(plan.rank * workers + plan.worker):
+        ids = sample_ids(plan.spans.take(plan.rank * workers + plan.worker == part), row_bytes)
+        group = np.searchsorted(row_bytes.groups, ids, side="right") - 1
+        runs = group[np.r_[True, group[1:] != group[:-1]]]
+        assert len(runs) == len(np.unique(runs))
+
+
+def test_row_groups_move_the_cuts_not_the_counts():
+    """The same data with and without its row-group layout: the same counts and samples, and
+    with the layout each rank reads fewer runs of row groups (fewer decodes)."""
+    world, policy = World(2, 2, 1), Policy(DROP, 8, None, 5)
+    grouped = make_dataset(4, 10, (1000, 1200), 0.5, 40)
+    plain = RowBytes(grouped.prefix, grouped.offsets)
+    runs = []
+    for row_bytes in (grouped, plain):
+        plan = plan_epoch(sequence_of(row_bytes), row_bytes, world, policy, 0)
+        assert np.all(per_rank(plan, world) == plan.samples_per_rank)
+        ids = sample_ids(plan.spans, row_bytes)
+        assert len(np.unique(ids)) == len(ids) == row_bytes.num_samples - plan.dropped
+        group = np.searchsorted(grouped.groups, ids, side="right") - 1
+        rank = np.repeat(plan.rank, plan.spans.rows)
+        runs.append(int(np.sum(np.r_[True, (group[1:] != group[:-1]) | (rank[1:] != rank[:-1])])))
+    # grouped: one run per group, plus one more where a rank's block cut falls inside a group
+    blocks = world.ranks * (plan.samples_per_rank // plan.block_rows)
+    assert runs[0] <= len(grouped.groups) - 1 + blocks < runs[1]
+
+
 def simulate_round_robin(batches: np.ndarray, batch: int, consumed: int) -> np.ndarray:
     """What torch's DataLoader delivers: one batch per worker in turn, skipping finished ones."""
     taken = np.zeros(len(batches), dtype=np.int64)
@@ -243,9 +308,12 @@ def test_consumed_per_worker_matches_round_robin(per_batches, workers, batch, da
     batch=st.one_of(st.none(), st.integers(1, 4)),
     seed=st.integers(0, 1000),
     fraction=st.floats(0.0, 1.0),
+    group_rows=st.one_of(st.none(), st.integers(1, 60)),
 )
-def test_elastic_resume_loses_and_repeats_nothing(data_seed, old, new, mode, batch, seed, fraction):
-    row_bytes = make_dataset(data_seed, 12, (20, 120), 0.8)
+def test_elastic_resume_loses_and_repeats_nothing(
+    data_seed, old, new, mode, batch, seed, fraction, group_rows
+):
+    row_bytes = make_dataset(data_seed, 12, (20, 120), 0.8, group_rows)
     total = row_bytes.num_samples
     policy = Policy(mode, batch, None, seed)
     assume(samples_per_rank(total, old.ranks, mode, batch) > 0)

@@ -9,9 +9,11 @@ from hypothesis import strategies as st
 from shardfeed.planning.spans import (
     RowBytes,
     Spans,
+    cut_at,
     from_global,
     merge_adjacent,
     refine,
+    split_near,
     split_rows,
     subtract,
     union,
@@ -57,6 +59,31 @@ def test_split_rows_keeps_rows_in_order(spans, size):
     assert rows_of(pieces) == rows_of(spans)
     assert np.all(pieces.rows <= size) and np.all(pieces.rows > 0)
     assert np.all(pieces.shard == spans.shard[source])
+
+
+@given(spans=span_lists, boundaries=st.lists(st.integers(0, 30), max_size=10))
+def test_cut_at_splits_exactly_at_the_boundaries_inside_each_span(spans, boundaries):
+    boundaries = np.unique(boundaries)
+    pieces, source = cut_at(spans, boundaries, OFFSETS)
+    assert rows_of(pieces) == rows_of(spans)
+    assert np.all(pieces.shard == spans.shard[source])
+    assert np.all(np.diff(source) >= 0) and np.all(pieces.rows >= 0)
+    a, b = pieces.to_global(OFFSETS)
+    for lo, hi in zip(a.tolist(), b.tolist(), strict=True):
+        assert not np.any((boundaries > lo) & (boundaries < hi))  # no boundary inside a piece
+    starts = np.diff(source, prepend=-1) != 0
+    assert np.isin(a[~starts], boundaries).all()  # and every cut is at one
+
+
+@given(spans=span_lists, size=st.integers(1, 6))
+def test_split_near_makes_near_equal_pieces_of_about_size(spans, size):
+    pieces, source = split_near(spans, size)
+    assert rows_of(pieces) == rows_of(spans)
+    assert np.all(pieces.rows > 0) and np.all(2 * pieces.rows < 3 * size + 2)
+    for i in range(len(spans)):
+        mine = pieces.rows[source == i]
+        assert len(mine) == (max(1, round(spans.rows[i] / size + 1e-9)) if spans.rows[i] else 0)
+        assert len(mine) == 0 or mine.max() - mine.min() <= 1
 
 
 def test_merge_adjacent_joins_only_touching_runs_of_one_group():

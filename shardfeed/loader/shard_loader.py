@@ -35,7 +35,7 @@ from shardfeed.loader.pins import pinned_shards
 from shardfeed.loader.readahead import ReadAhead
 from shardfeed.loader.schedule import ReadSchedule, schedule_reads
 from shardfeed.loader.streams import Stream, as_world
-from shardfeed.planning.assign import World
+from shardfeed.planning.assign import PLANNER_VERSION, World
 from shardfeed.schemas.units import parse_size
 
 log = logging.getLogger("shardfeed")
@@ -243,6 +243,8 @@ class ShardLoader:
             "assignment": a if isinstance(a, str) or a is None else a.name,
             "columns": list(self.columns),
             **({"split": self.split} if self.split is not None else {}),
+            # a plan made in memory is only the same plan from the same planner
+            **({"planner": PLANNER_VERSION} if a is None else {}),
         }
 
     # -- metrics -------------------------------------------------------------------------------

@@ -1,8 +1,10 @@
 """Per-rank assignment of one epoch: equal samples per rank, balanced bytes, node-local reads.
 
 For each epoch, and all nodes at once:
-1. each node's home rows (:mod:`node_sets`, the same every epoch) are cut into pieces of at most
-   ``block_rows`` rows; shards, then pieces within a shard, take a seeded per-epoch order;
+1. each node's home rows (:mod:`node_sets`, the same every epoch) are cut into pieces: one row
+   group each where the row groups are known (a group far larger than ``block_rows`` in
+   near-equal parts), else at most ``block_rows`` rows; shards, then pieces within a shard,
+   take a seeded per-epoch order;
 2. the node's stream is cut to exactly ``gpus_per_node * samples_per_rank`` rows: ``drop`` leaves
    the tail of that order out (a different tail each epoch), ``pad`` repeats its head;
 3. the stream is cut into ``blocks_per_rank`` blocks per rank of near-equal rows, and blocks are
@@ -23,13 +25,18 @@ from shardfeed.planning.node_sets import NodeHomes, node_homes
 from shardfeed.planning.spans import (
     RowBytes,
     Spans,
+    cut_at,
     group_arange,
     merge_adjacent,
     refine,
+    split_near,
     split_rows,
 )
 from shardfeed.planning.stable_random import random_keys
 
+#: changes whenever the same inputs give another plan (2: pieces follow row groups), so a
+#: loader refuses to resume a state whose in-memory plan came from another planner
+PLANNER_VERSION = 2
 PAD, DROP = "pad", "drop"
 MODES = (PAD, DROP)
 DEFAULT_BLOCK_BYTES = 4 << 20  # one row group of payload: a block is one efficient read
@@ -136,7 +143,7 @@ def plan_epoch(
         homes, block = plan_homes(sequence, row_bytes, world, policy)
     else:
         block = block_rows_for(per_rank, _mean(sequence, row_bytes), policy.block_rows)
-    stream, node = _epoch_order(homes, block, policy.seed, epoch)
+    stream, node = _epoch_order(homes, row_bytes, block, policy.seed, epoch)
     quota = world.gpus_per_node * per_rank
     home = homes.is_own(node, stream.shard)
     stream, held = _fit_to(stream, node, home, row_bytes, world.nodes, quota)
@@ -176,9 +183,18 @@ def _mean(sequence: Spans, row_bytes: RowBytes) -> float:
     return float(row_bytes.of(sequence).sum()) / max(1, sequence.total_rows)
 
 
-def _epoch_order(homes: NodeHomes, block: int, seed: int, epoch: int) -> tuple[Spans, np.ndarray]:
-    """Each node's home rows as pieces of at most ``block`` rows, in this epoch's order."""
-    pieces, source = split_rows(homes.spans, block)
+def _epoch_order(
+    homes: NodeHomes, row_bytes: RowBytes, block: int, seed: int, epoch: int
+) -> tuple[Spans, np.ndarray]:
+    """Each node's home rows as pieces in this epoch's order. Where the row groups are known a
+    piece is one row group, or a near-equal part of one far larger than ``block``, so a reader
+    decodes each group it reads once; otherwise pieces of at most ``block`` rows."""
+    if row_bytes.groups is None:
+        pieces, source = split_rows(homes.spans, block)
+    else:
+        in_groups, source = cut_at(homes.spans, row_bytes.groups, row_bytes.offsets)
+        pieces, part = split_near(in_groups, block)
+        source = source[part]
     node = homes.node[source]
     shard_key = random_keys((seed, epoch, 1), pieces.shard)
     piece_key = random_keys((seed, epoch, 2), pieces.shard, pieces.start)

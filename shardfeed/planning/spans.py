@@ -7,6 +7,7 @@ Global coordinates number every row of the dataset: ``offsets[shard] + row``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,16 +63,33 @@ class RowBytes:
 
     prefix: np.ndarray  # int64, len N + 1: bytes of global rows [0, i)
     offsets: np.ndarray  # int64, len S + 1: first global row of each shard, then N
+    #: int64, len G + 1: first global row of each row group, then N (None: not known). Planners
+    #: cut read units here, so one unit never makes a reader decode two groups.
+    groups: np.ndarray | None = None
 
     @classmethod
-    def from_sizes(cls, sizes: np.ndarray, rows_per_shard: np.ndarray) -> RowBytes:
+    def from_sizes(
+        cls,
+        sizes: np.ndarray,
+        rows_per_shard: np.ndarray,
+        row_groups: Sequence[Sequence[int]] | None = None,
+    ) -> RowBytes:
+        """From every sample's payload bytes and each shard's rows; ``row_groups``: each
+        shard's rows per row group (the manifest's ``shards[].row_groups``), when known."""
         prefix = np.zeros(len(sizes) + 1, dtype=np.int64)
         np.cumsum(sizes, out=prefix[1:])
         offsets = np.zeros(len(rows_per_shard) + 1, dtype=np.int64)
         np.cumsum(rows_per_shard, out=offsets[1:])
         if offsets[-1] != len(sizes):
             raise ValueError(f"{len(sizes)} sample sizes for shards holding {offsets[-1]} rows")
-        return cls(prefix, offsets)
+        groups = None
+        if row_groups is not None:
+            rows = np.concatenate([np.asarray(g, dtype=np.int64) for g in row_groups] or [[]])
+            groups = np.zeros(len(rows) + 1, dtype=np.int64)
+            np.cumsum(rows, out=groups[1:])
+            if groups[-1] != len(sizes):
+                raise ValueError(f"row groups hold {groups[-1]} rows, not {len(sizes)}")
+        return cls(prefix, offsets, groups)
 
     @property
     def num_samples(self) -> int:
@@ -127,6 +145,35 @@ def split_rows(spans: Spans, size: int) -> tuple[Spans, np.ndarray]:
     source = np.repeat(np.arange(len(spans)), counts)
     start = spans.start[source] + group_arange(counts) * size
     return Spans(spans.shard[source], start, np.minimum(start + size, spans.end[source])), source
+
+
+def cut_at(spans: Spans, boundaries: np.ndarray, offsets: np.ndarray) -> tuple[Spans, np.ndarray]:
+    """Cut each span at the global row positions ``boundaries`` (sorted) that fall inside it;
+    returns the pieces, in order, and the input span each came from."""
+    a, b = spans.to_global(offsets)
+    boundaries = np.asarray(boundaries, dtype=np.int64)
+    first = np.searchsorted(boundaries, a, side="right")  # the first boundary past a
+    inner = np.maximum(np.searchsorted(boundaries, b, side="left") - first, 0)
+    source = np.repeat(np.arange(len(spans)), inner + 1)
+    k = group_arange(inner + 1)
+    at = first[source] + k  # piece k runs from boundary at - 1 (or a) to boundary at (or b)
+    start, end = a[source], b[source]
+    opened, closed = k > 0, k < inner[source]
+    start[opened] = boundaries[at[opened] - 1]
+    end[closed] = boundaries[at[closed]]
+    base = offsets[spans.shard[source]]
+    return Spans(spans.shard[source], start - base, end - base), source
+
+
+def split_near(spans: Spans, size: int) -> tuple[Spans, np.ndarray]:
+    """Cut each span into near-equal pieces of about ``size`` rows: ``round(rows / size)``
+    pieces (at least one), so a span a little over ``size`` stays whole and no piece exceeds
+    1.5 x ``size`` rows. Returns the pieces and the input span each came from."""
+    counts = np.maximum((2 * spans.rows + size) // (2 * size), 1) * (spans.rows > 0)
+    source = np.repeat(np.arange(len(spans)), counts)
+    k, n = group_arange(counts), counts[source]
+    rows, first = spans.rows[source], spans.start[source]
+    return Spans(spans.shard[source], first + k * rows // n, first + (k + 1) * rows // n), source
 
 
 def merge_adjacent(spans: Spans, group: np.ndarray) -> tuple[Spans, np.ndarray]:

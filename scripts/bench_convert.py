@@ -450,6 +450,19 @@ def last_json(text: str) -> dict:
     return json.loads(text[start:]) if start >= 0 else {}
 
 
+def inspect_json(dst: Path) -> dict:
+    """``shardfeed inspect DST --json``, parsed; a failed inspect ends the benchmark."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "shardfeed.cli.main", "inspect", str(dst), "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"bench: shardfeed inspect {dst} failed:\n{proc.stderr}")
+    return json.loads(proc.stdout)
+
+
 def verify(name: str, dst: Path, expected: int, stdout: str) -> tuple[int, dict]:
     """Samples actually present in ``dst`` (and anything worth reporting)."""
     if name == "cp":
@@ -477,15 +490,7 @@ def verify(name: str, dst: Path, expected: int, stdout: str) -> tuple[int, dict]
         return sum(s["samples"] for s in shards), {"shards": len(shards)}
     # shardfeed: what the published dataset says, read back by `shardfeed inspect --json`.
     summary = last_json(stdout)
-    proc = subprocess.run(
-        [sys.executable, "-m", "shardfeed.cli.main", "inspect", str(dst), "--json"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise SystemExit(f"bench: shardfeed inspect {dst} failed:\n{proc.stderr}")
-    inspected = json.loads(proc.stdout)
+    inspected = inspect_json(dst)
     if inspected["rejects"]["total"]:
         raise SystemExit(f"bench: {name} rejected {inspected['rejects']} of a clean corpus")
     return inspected["num_samples"], {

@@ -274,18 +274,6 @@ def convert_cmd(corpus: Corpus, dst: Path, target: int, extra: list[str]) -> lis
     return [*cmd, "--target-shard-size", str(target), "--json", *extra]
 
 
-def inspect(dst: Path) -> dict:
-    proc = subprocess.run(
-        [sys.executable, "-m", "shardfeed.cli.main", "inspect", str(dst), "--json"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise SystemExit(f"bench: shardfeed inspect {dst} failed:\n{proc.stderr}")
-    return json.loads(proc.stdout)
-
-
 def run_once(
     corpus: Corpus, work: Path, target: int, extra: list[str], timeout: float, tag: str
 ) -> Run:
@@ -306,7 +294,7 @@ def run_once(
     if m["rc"] != 0:
         tail = err.read_text(errors="replace")[-4000:]
         raise SystemExit(f"bench: {tag} exited {m['rc']}:\n{tail}")
-    found = inspect(dst)
+    found = bench_convert.inspect_json(dst)
     if found["num_samples"] != corpus.samples or found["rejects"]["total"]:
         raise SystemExit(
             f"bench: {tag} wrote {found['num_samples']} samples with {found['rejects']} rejects, "

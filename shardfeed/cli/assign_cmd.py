@@ -59,7 +59,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="rows per shuffle block, the unit each rank reads contiguously: larger reads "
         "faster, smaller shuffles better (default: about 4 MiB of payload; capped so every "
-        "rank gets at least 64 blocks)",
+        "rank gets at least 64 blocks); shuffled pieces follow the row groups, and only a "
+        "group over 1.5x this is cut",
     )
     parser.add_argument(
         "--split",

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from shardfeed.planning.assign import (
     DROP,
+    MIN_BLOCKS_PER_RANK,
     PAD,
     EpochPlan,
     Policy,
@@ -229,7 +230,7 @@ def test_block_rows_knob_trades_spans_for_shuffle():
     gpus=st.integers(1, 4),
     workers=st.integers(1, 3),
     batch=st.one_of(st.none(), st.integers(1, 64)),
-    group_rows=st.integers(1, 150),
+    group_rows=st.integers(1, 30),  # under 1.5 blocks: blocks here are at least 30 rows
     seed=st.integers(0, 1000),
     epoch=st.integers(0, 3),
 )
@@ -244,7 +245,8 @@ def test_each_row_group_is_read_in_one_run(
     plan = plan_epoch(
         sequence_of(row_bytes), row_bytes, world, Policy(DROP, batch, None, seed), epoch
     )
-    assume(plan.block_rows * 2 >= 3 * group_rows)  # no group is split into parts
+    # no group is cut into parts: each is under 1.5 blocks (samples_per_rank // 64 rows here)
+    assert 2 * group_rows < 3 * (plan.samples_per_rank // MIN_BLOCKS_PER_RANK)
     for part in np.unique(plan.rank * workers + plan.worker):
         ids = sample_ids(plan.spans.take(plan.rank * workers + plan.worker == part), row_bytes)
         group = np.searchsorted(row_bytes.groups, ids, side="right") - 1

@@ -114,7 +114,7 @@ class Assignment:
         """Per-rank samples, exact bytes, spans and home share for ``epoch``, and the balance
         (see :func:`shardfeed.summary.assignment_summary`)."""
         plan = self.epoch_plan(epoch)
-        return assignment_summary(plan, self.span_bytes(plan.spans), self.world)
+        return assignment_summary(plan, self.span_bytes(plan.spans), self.world, self._row_bytes())
 
     def span_bytes(self, spans: Spans) -> np.ndarray:
         """Exact payload bytes of each span, from the dataset's sample size index."""

@@ -9,6 +9,7 @@ import numpy as np
 from shardfeed.formats.reader import tier_preference
 from shardfeed.planning.assign import EpochPlan, World
 from shardfeed.planning.balance import max_over_mean
+from shardfeed.planning.spans import RowBytes, row_group_runs
 from shardfeed.schemas.info import Info
 from shardfeed.schemas.locations import Locations
 from shardfeed.schemas.manifest import Manifest
@@ -115,9 +116,12 @@ def _target_shard_bytes(manifest: Manifest) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def assignment_summary(plan: EpochPlan, span_bytes: np.ndarray, world: World) -> dict[str, Any]:
+def assignment_summary(
+    plan: EpochPlan, span_bytes: np.ndarray, world: World, row_bytes: RowBytes | None = None
+) -> dict[str, Any]:
     """Per rank: node, samples, exact bytes, spans and the share of bytes from its node's home
-    shard set; per node: its shard set and bytes; and the balance over ranks."""
+    shard set; per node: its shard set and bytes; and the balance over ranks. With ``row_bytes``
+    holding the row-group layout, also the row-group decodes the loaders will make."""
     ranks = world.ranks
     samples = np.bincount(plan.rank, weights=plan.spans.rows, minlength=ranks).astype(np.int64)
     nbytes = np.bincount(plan.rank, weights=span_bytes, minlength=ranks).astype(np.int64)
@@ -158,6 +162,11 @@ def assignment_summary(plan: EpochPlan, span_bytes: np.ndarray, world: World) ->
             for r in range(ranks)
         ],
         "nodes": nodes,
+        **(
+            {"row_group_runs": _group_runs(plan, world, row_bytes)}
+            if row_bytes is not None and row_bytes.groups is not None
+            else {}
+        ),
         "samples_equal": bool(samples.min() == samples.max()) if ranks else True,
         "bytes_max_over_mean": round(max_over_mean(nbytes.tolist()), 4),
         "summary": {
@@ -173,4 +182,20 @@ def assignment_summary(plan: EpochPlan, span_bytes: np.ndarray, world: World) ->
                 ("home_share", np.round(share, 4)),
             )
         },
+    }
+
+
+def _group_runs(plan: EpochPlan, world: World, row_bytes: RowBytes) -> dict[str, Any]:
+    """Runs (a stretch of one worker's rows inside one row group: the loader decodes a group at
+    most once per run, fewer times when it keeps it for a run close behind) against the groups
+    touched. Well above 1 per group, ranks decode groups they share."""
+    runs, touched = row_group_runs(
+        plan.spans, plan.rank * world.workers + plan.worker, row_bytes.groups, row_bytes.offsets
+    )
+    sizes = np.diff(row_bytes.groups)
+    return {
+        "runs": runs,
+        "groups": touched,
+        "runs_per_group": round(runs / max(touched, 1), 3),
+        "mean_group_rows": round(float(sizes.mean()), 1) if len(sizes) else 0.0,
     }

@@ -206,6 +206,41 @@ def test_cli_assign_inspect_json_rank_and_plot(tmp_path, capsys):
     assert "resumed from cli epoch 0" in capsys.readouterr().out
 
 
+def test_row_group_runs_are_counted_and_many_per_group_get_a_note(tmp_path, capsys):
+    """The report counts runs of one worker's rows inside one row group (at most one decode
+    each); the CLI says when ranks will share row groups heavily, and why."""
+    root = text_dataset(tmp_path / "ds")
+    with open_dataset(root) as ds:
+        starts = np.cumsum([0, *(n for s in ds.manifest.shards for n in s.row_groups)])
+        for world, noted in ((World(1, 1, 1), False), (World(2, 4, 2), True)):
+            planned = plan_assignment(ds, world, batch_size=8)
+            runs = planned.report(0)["row_group_runs"]
+            expected, touched = 0, set()
+            for rank in range(world.ranks):
+                for worker in range(world.workers):
+                    spans = planned.spans(rank, worker, 0)
+                    base = np.array([s.index_start for s in ds.manifest.shards])[spans.shard]
+                    ids = np.concatenate(
+                        [
+                            np.arange(a, b)
+                            for a, b in zip(base + spans.start, base + spans.end, strict=True)
+                        ]
+                    )
+                    group = np.searchsorted(starts, ids, side="right") - 1
+                    expected += int(np.sum(np.r_[True, group[1:] != group[:-1]]))
+                    touched.update(group.tolist())
+            assert runs["runs"] == expected and runs["groups"] == len(touched)
+            assert (runs["runs_per_group"] > 1.5) == noted
+            args = ["assign", str(root), "--nodes", str(world.nodes), "--overwrite"]
+            args += ["--gpus-per-node", str(world.gpus_per_node), "--workers", str(world.workers)]
+            assert main([*args, "--batch-size", "8", "--name", "n"]) == 0
+            out = capsys.readouterr().out
+            assert ("note: loaders will decode up to" in out) == noted
+            assert f"{runs['runs_per_group']:.2f}" in out
+    assert main(["inspect", str(root), "--assignment", "n"]) == 0
+    assert "runs in" in capsys.readouterr().out
+
+
 def test_dataset_without_sample_index_gets_a_clear_error(tmp_path, capsys):
     root = text_dataset(tmp_path / "ds", n=1500)
     (root / "meta/shardfeed/samples.parquet").unlink()

@@ -13,6 +13,7 @@ from shardfeed.planning.spans import (
     from_global,
     merge_adjacent,
     refine,
+    row_group_runs,
     split_near,
     split_rows,
     subtract,
@@ -84,6 +85,25 @@ def test_split_near_makes_near_equal_pieces_of_about_size(spans, size):
         mine = pieces.rows[source == i]
         assert len(mine) == (max(1, round(spans.rows[i] / size + 1e-9)) if spans.rows[i] else 0)
         assert len(mine) == 0 or mine.max() - mine.min() <= 1
+
+
+@given(spans=span_lists, data=st.data())
+def test_row_group_runs_counts_runs_of_one_group_per_part(spans, data):
+    groups = np.unique([0, 30, *data.draw(st.lists(st.integers(1, 29), max_size=8))])
+    part = np.array(
+        data.draw(st.lists(st.integers(0, 2), min_size=len(spans), max_size=len(spans)))
+    )
+    runs, touched = row_group_runs(spans, part, groups, OFFSETS)
+    rows = [
+        (p, OFFSETS[s] + r)
+        for p, (s, a, b) in zip(
+            part, zip(spans.shard, spans.start, spans.end, strict=True), strict=True
+        )
+        for r in range(a, b)
+    ]
+    keys = [(p, int(np.searchsorted(groups, g, side="right")) - 1) for p, g in rows]
+    assert runs == sum(1 for i, k in enumerate(keys) if i == 0 or k != keys[i - 1])
+    assert touched == len({g for _, g in keys})
 
 
 def test_merge_adjacent_joins_only_touching_runs_of_one_group():

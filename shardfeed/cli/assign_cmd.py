@@ -145,22 +145,49 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     print(
-        f"  {'epoch':>5} {'samples/rank':>12} {'dropped':>8} {'padded':>7} {'spans':>9} {'bytes max/mean':>14} {'home share min':>14}"
+        f"  {'epoch':>5} {'samples/rank':>12} {'dropped':>8} {'padded':>7} {'spans':>9} {'bytes max/mean':>14} {'home share min':>14} {'runs/group':>10}"
     )
     for r in reports:
         b = _brief(r)
+        runs = b.get("row_group_runs_per_group")
         print(
             f"  {b['epoch']:>5} {b['samples_per_rank']:>12,} {b['dropped']:>8,} {b['padded']:>7,} "
-            f"{b['spans']:>9,} {b['bytes_max_over_mean']:>14.4f} {b['home_share_min']:>14.4f}"
+            f"{b['spans']:>9,} {b['bytes_max_over_mean']:>14.4f} {b['home_share_min']:>14.4f} "
+            f"{'-' if runs is None else f'{runs:.2f}':>10}"
         )
+    note = _shared_groups_note(reports)
+    if note:
+        print(note)
     print(
         f"  wrote meta/shardfeed/assignments/{h.name}.parquet ({h.table.bytes:,} bytes) and {h.name}.json in {seconds} s"
     )
     return EXIT_OK
 
 
+#: above this many runs per row group, the output says why and what lowers it
+_SHARED_GROUPS_NOTE = 1.5
+
+
+def _shared_groups_note(reports: list[dict]) -> str | None:
+    """A note when loaders will decode row groups several times over: the blocks each rank
+    reads are smaller than the dataset's row groups."""
+    worst = max(reports, key=lambda r: r.get("row_group_runs", {}).get("runs_per_group", 0))
+    runs = worst.get("row_group_runs")
+    if runs is None or runs["runs_per_group"] <= _SHARED_GROUPS_NOTE:
+        return None
+    return (
+        f"  note: loaders will decode up to {runs['runs_per_group']:.2f}x the row groups they "
+        f"touch: blocks of {worst['block_rows']:,} rows are smaller than the row groups "
+        f"(about {runs['mean_group_rows']:,.0f} rows), so ranks share groups. More samples per "
+        f"rank, or shards converted with a smaller --row-group-size, bring it down "
+        f"(docs/ASSIGNMENT.md)."
+    )
+
+
 def _brief(report: dict) -> dict:
+    runs = report.get("row_group_runs")
     return {
+        **({"row_group_runs_per_group": runs["runs_per_group"]} if runs else {}),
         "epoch": report["epoch"],
         "samples_per_rank": report["samples_per_rank"],
         "dropped": report["dropped"],

@@ -81,6 +81,14 @@ def _render(args, header, report: dict, ranks: list[dict], spans: list[dict]) ->
         f"max/mean {report['bytes_max_over_mean']:.4f}",
         f"spans/rank     min {s['spans']['min']:,}  max {s['spans']['max']:,}",
         f"home share     min {s['home_share']['min']:.4f}  (bytes each rank reads from its node's shard set)",
+        *(
+            [
+                f"row groups     {g['runs']:,} runs in {g['groups']:,} groups "
+                f"({g['runs_per_group']:.2f} per group: each run is at most one decode)"
+            ]
+            if (g := report.get("row_group_runs"))
+            else []
+        ),
         "",
         f"  {'rank':>6} {'node':>5} {'samples':>10} {'bytes':>11} {'spans':>7} {'home':>7}",
     ]

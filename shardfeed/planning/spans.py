@@ -165,6 +165,23 @@ def cut_at(spans: Spans, boundaries: np.ndarray, offsets: np.ndarray) -> tuple[S
     return Spans(spans.shard[source], start - base, end - base), source
 
 
+def row_group_runs(
+    spans: Spans, part: np.ndarray, groups: np.ndarray, offsets: np.ndarray
+) -> tuple[int, int]:
+    """Each part's spans read in order (``part``: each span's sequence): how many runs of rows
+    inside one row group they make (a reader decodes a group at most once per run), and how
+    many distinct row groups they touch. ``groups``: first global row of each group, then N."""
+    pieces, source = cut_at(spans, groups, offsets)
+    keep = pieces.rows > 0
+    if not keep.any():
+        return 0, 0
+    start, _ = pieces.take(keep).to_global(offsets)
+    group = np.searchsorted(groups, start, side="right") - 1
+    owner = np.asarray(part)[source[keep]]
+    runs = np.r_[True, (group[1:] != group[:-1]) | (owner[1:] != owner[:-1])]
+    return int(runs.sum()), len(sorted_unique(group))
+
+
 def split_near(spans: Spans, size: int) -> tuple[Spans, np.ndarray]:
     """Cut each span into near-equal pieces of about ``size`` rows: ``round(rows / size)``
     pieces (at least one), so a span a little over ``size`` stays whole and no piece exceeds

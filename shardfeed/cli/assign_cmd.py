@@ -169,18 +169,17 @@ _SHARED_GROUPS_NOTE = 1.5
 
 
 def _shared_groups_note(reports: list[dict]) -> str | None:
-    """A note when loaders will decode row groups several times over: the blocks each rank
-    reads are smaller than the dataset's row groups."""
+    """A note when loaders will decode row groups several times over: each rank reads blocks
+    that are small next to the dataset's row groups, so ranks share groups."""
     worst = max(reports, key=lambda r: r.get("row_group_runs", {}).get("runs_per_group", 0))
     runs = worst.get("row_group_runs")
     if runs is None or runs["runs_per_group"] <= _SHARED_GROUPS_NOTE:
         return None
     return (
         f"  note: loaders will decode up to {runs['runs_per_group']:.2f}x the row groups they "
-        f"touch: blocks of {worst['block_rows']:,} rows are smaller than the row groups "
-        f"(about {runs['mean_group_rows']:,.0f} rows), so ranks share groups. More samples per "
-        f"rank, or shards converted with a smaller --row-group-size, bring it down "
-        f"(docs/ASSIGNMENT.md)."
+        f"touch: ranks share row groups (blocks of {worst['block_rows']:,} rows, row groups of "
+        f"about {runs['mean_group_rows']:,.0f}). More samples per rank, or shards converted "
+        f"with a smaller --row-group-size, bring it down (docs/ASSIGNMENT.md)."
     )
 
 

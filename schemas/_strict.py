@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from shardfeed.schemas.errors import SchemaError
@@ -98,39 +98,40 @@ _SURROGATE = re.compile(r"\\u[dD][89a-fA-F]|[\ud800-\udfff]")
 _SURROGATE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
-def check_unicode(value: Any, where: str = "") -> None:
-    """Refuse a lone surrogate (JSON allows ``"\\ud800"``) in any key or string of a decoded
-    document: it cannot be written as UTF-8, so it would fail later, far from the parser."""
+def _nodes(value: Any, where: str) -> Iterator[tuple[Any, str]]:
+    """Every value, key and container of a decoded JSON document with its field path (a key
+    comes before its value; the root's path is ``where``, or ``<root>`` when empty)."""
     stack = [(value, where)]
     while stack:
         node, field = stack.pop()
+        yield node, field or "<root>"
+        if isinstance(node, dict):
+            for key, child in node.items():
+                path = f"{field}.{key}" if field else str(key)
+                stack += [(child, path), (key, field)]  # the key is popped first
+        elif isinstance(node, list):
+            stack += [(child, f"{field}[{i}]") for i, child in enumerate(node)]
+
+
+def check_unicode(value: Any, where: str = "") -> None:
+    """Refuse a lone surrogate (JSON allows ``"\\ud800"``) in any key or string of a decoded
+    document: it cannot be written as UTF-8, so it would fail later, far from the parser."""
+    for node, field in _nodes(value, where):
         if isinstance(node, str):
             try:
                 node.encode("utf-8")
             except UnicodeEncodeError as err:
                 raise SchemaError(
-                    field or "<root>", f"is not valid Unicode ({err.reason} at {err.start})"
+                    field, f"is not valid Unicode ({err.reason} at {err.start})"
                 ) from None
-        elif isinstance(node, dict):
-            for key, child in node.items():
-                path = f"{field}.{key}" if field else str(key)
-                stack += [(child, path), (key, field or "<root>")]  # the key is checked first
-        elif isinstance(node, list):
-            stack += [(child, f"{field}[{i}]") for i, child in enumerate(node)]
 
 
 def check_finite(value: Any, where: str) -> None:
     """Refuse NaN or an infinity anywhere in a decoded JSON value: Python's decoder accepts
     ``NaN`` and ``Infinity``, which no other JSON reader does, and NaN breaks equality."""
-    stack = [(value, where)]
-    while stack:
-        node, field = stack.pop()
+    for node, field in _nodes(value, where):
         if isinstance(node, float) and not math.isfinite(node):
             raise SchemaError(field, f"is {node!r}, not a finite number")
-        if isinstance(node, dict):
-            stack += [(child, f"{field}.{key}") for key, child in node.items()]
-        elif isinstance(node, list):
-            stack += [(child, f"{field}[{i}]") for i, child in enumerate(node)]
 
 
 def load_document(text: str | bytes, source: str, parse: Callable[[Any], T]) -> T:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardfeed.planning.spans import RowBytes, Spans, group_arange
+from shardfeed.planning.spans import RowBytes, Spans, group_arange, row_group_starts
 
 
 @dataclass(frozen=True)
@@ -28,11 +28,8 @@ class GroupIndex:
     def of(cls, row_groups: Sequence[Sequence[int]]) -> GroupIndex:
         """From each shard's row-group row counts (the manifest's ``shards[].row_groups``)."""
         counts = np.array([len(g) for g in row_groups], dtype=np.int64)
-        rows = np.concatenate([np.asarray(g, dtype=np.int64) for g in row_groups] or [[]])
-        starts = np.zeros(len(rows) + 1, dtype=np.int64)
-        np.cumsum(rows, out=starts[1:])
         return cls(
-            starts=starts,
+            starts=row_group_starts(row_groups),
             shard=np.repeat(np.arange(len(counts), dtype=np.int64), counts),
             local=group_arange(counts),
         )

@@ -3,9 +3,9 @@
 Pure numpy, no I/O. A piece names a row group by ``(stream, shard, group)``; pieces
 come in delivery order. Each piece is served by a *read*: one decode of its row group. A
 decoded group is kept for the next piece that uses it when that piece is at most ``window``
-pieces ahead (blocks need not align with row groups, so one group often feeds two nearby
-pieces), and dropped otherwise, to be read again when needed: memory stays bounded and no group
-is decoded twice in a row. Knowing every read up front lets the loader keep a fixed number of
+pieces ahead (batch cuts split a group's rows into adjacent pieces, and a stored assignment,
+a rank boundary or padding can bring a group back a little later), and dropped otherwise, to be
+read again when needed: memory stays bounded and no group is decoded twice in a row. Knowing every read up front lets the loader keep a fixed number of
 reads in flight and release each table right after its last piece.
 """
 

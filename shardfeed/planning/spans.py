@@ -84,9 +84,7 @@ class RowBytes:
             raise ValueError(f"{len(sizes)} sample sizes for shards holding {offsets[-1]} rows")
         groups = None
         if row_groups is not None:
-            rows = np.concatenate([np.asarray(g, dtype=np.int64) for g in row_groups] or [[]])
-            groups = np.zeros(len(rows) + 1, dtype=np.int64)
-            np.cumsum(rows, out=groups[1:])
+            groups = row_group_starts(row_groups)
             if groups[-1] != len(sizes):
                 raise ValueError(f"row groups hold {groups[-1]} rows, not {len(sizes)}")
         return cls(prefix, offsets, groups)
@@ -102,6 +100,15 @@ class RowBytes:
     def of(self, spans: Spans) -> np.ndarray:
         a, b = spans.to_global(self.offsets)
         return self.prefix[b] - self.prefix[a]
+
+
+def row_group_starts(row_groups: Sequence[Sequence[int]]) -> np.ndarray:
+    """First global row of every row group, then N, from each shard's rows per row group (the
+    manifest's ``shards[].row_groups``)."""
+    rows = np.concatenate([np.asarray(g, dtype=np.int64) for g in row_groups] or [[]])
+    starts = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(rows, out=starts[1:])
+    return starts
 
 
 def group_arange(counts: np.ndarray) -> np.ndarray:

@@ -269,9 +269,65 @@ def test_row_groups_move_the_cuts_not_the_counts():
         group = np.searchsorted(grouped.groups, ids, side="right") - 1
         rank = np.repeat(plan.rank, plan.spans.rows)
         runs.append(int(np.sum(np.r_[True, (group[1:] != group[:-1]) | (rank[1:] != rank[:-1])])))
-    # grouped: one run per group, plus one more where a rank's block cut falls inside a group
-    blocks = world.ranks * (plan.samples_per_rank // plan.block_rows)
-    assert runs[0] <= len(grouped.groups) - 1 + blocks < runs[1]
+    # grouped: groups are dealt whole, so one run per group plus at most one more for each cut
+    # that makes a rank's count exact (gpus - 1 per node) and each node boundary; without the
+    # layout, blocks are cut by rows wherever they fall
+    assert runs[0] <= len(grouped.groups) - 1 + world.ranks < runs[1]
+
+
+def group_runs(plan: EpochPlan, world: World, row_bytes: RowBytes) -> tuple[int, int]:
+    """Runs of one row group read by one (rank, worker), over the whole plan, and the number of
+    distinct groups read."""
+    part = np.repeat(plan.rank * world.workers + plan.worker, plan.spans.rows)
+    group = np.searchsorted(row_bytes.groups, sample_ids(plan.spans, row_bytes), side="right") - 1
+    runs = np.r_[True, (group[1:] != group[:-1]) | (part[1:] != part[:-1])]
+    return int(runs.sum()), len(np.unique(group))
+
+
+@SETTINGS
+@given(
+    data_seed=st.integers(0, 10_000),
+    world=worlds,
+    batch=st.one_of(st.none(), st.integers(1, 16)),
+    group_rows=st.integers(1, 200),
+    per=st.integers(64, 600),
+    seed=st.integers(0, 1000),
+    epoch=st.integers(0, 3),
+)
+def test_ranks_share_only_the_row_groups_cut_to_make_counts_exact(
+    data_seed, world, batch, group_rows, per, seed, epoch
+):
+    """Equal sample sizes (so whole groups always balance bytes): a row group is read in more
+    than one run only where a rank's count is made exact (at most gpus - 1 cuts per node), a
+    rank's workers are split, or a node's rows end; however small each rank's share is."""
+    shards = 2 * world.nodes + data_seed % 5
+    target = per * world.ranks
+    row_bytes = make_dataset(
+        data_seed, shards, (target // shards, target // shards + 8), 0.0, group_rows
+    )
+    policy = Policy(DROP, batch, None, seed)
+    assume(samples_per_rank(row_bytes.num_samples, world.ranks, DROP, batch) > 0)
+    plan = plan_epoch(sequence_of(row_bytes), row_bytes, world, policy, epoch)
+    runs, groups = group_runs(plan, world, row_bytes)
+    cuts = world.nodes * (world.gpus_per_node - 1) + world.ranks * (world.workers - 1)
+    assert runs - groups <= cuts + 2 * world.nodes
+
+
+def test_whole_groups_give_way_to_blocks_when_bytes_would_not_balance():
+    """Two ranks, two row groups of 100 rows: dealt whole, one rank would read 3x the other's
+    bytes, so the planner deals blocks instead; with equal sizes it deals the groups whole."""
+    world, policy = World(1, 2, 1), Policy(DROP, None, None, 0)
+    for sizes, whole in (
+        (np.r_[np.full(100, 3000), np.full(100, 1000)], False),
+        (np.full(200, 2000), True),
+    ):
+        row_bytes = RowBytes.from_sizes(sizes, np.array([200]), [[100, 100]])
+        plan = plan_epoch(sequence_of(row_bytes), row_bytes, world, policy, 0)
+        load = per_rank(plan, world, row_bytes.of(plan.spans))
+        assert load.max() / load.mean() <= 1.02
+        np.testing.assert_array_equal(per_rank(plan, world), 100)
+        assert (plan.block_rows == 100) is whole
+        assert (len(plan) == 2) is whole  # whole: one group per rank, one span each
 
 
 def simulate_round_robin(batches: np.ndarray, batch: int, consumed: int) -> np.ndarray:

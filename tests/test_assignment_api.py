@@ -212,7 +212,7 @@ def test_row_group_runs_are_counted_and_many_per_group_get_a_note(tmp_path, caps
     root = text_dataset(tmp_path / "ds")
     with open_dataset(root) as ds:
         starts = np.cumsum([0, *(n for s in ds.manifest.shards for n in s.row_groups)])
-        for world, noted in ((World(1, 1, 1), False), (World(2, 4, 2), True)):
+        for world, noted in ((World(2, 4, 2), False), (World(4, 4, 2), True)):
             planned = plan_assignment(ds, world, batch_size=8)
             runs = planned.report(0)["row_group_runs"]
             expected, touched = 0, set()

@@ -58,9 +58,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         default=None,
         help="rows per shuffle block, the unit each rank reads contiguously: larger reads "
-        "faster, smaller shuffles better (default: about 4 MiB of payload; capped so every "
-        "rank gets at least 64 blocks); shuffled pieces follow the row groups, and only a "
-        "group over 1.5x this is cut",
+        "faster, smaller shuffles better (capped so every rank gets at least 64 blocks). "
+        "Default: the dataset's row groups, each dealt whole to one rank, so ranks rarely "
+        "decode the same group (equal-row blocks of about 4 MiB where that would unbalance "
+        "bytes, or the layout is not known)",
     )
     parser.add_argument(
         "--split",
@@ -169,17 +170,19 @@ _SHARED_GROUPS_NOTE = 1.5
 
 
 def _shared_groups_note(reports: list[dict]) -> str | None:
-    """A note when loaders will decode row groups several times over: each rank reads blocks
-    that are small next to the dataset's row groups, so ranks share groups."""
+    """A note when loaders will decode row groups several times over: a rank's share, or the
+    unit it is dealt in, is small next to the dataset's row groups, so ranks share groups."""
     worst = max(reports, key=lambda r: r.get("row_group_runs", {}).get("runs_per_group", 0))
     runs = worst.get("row_group_runs")
     if runs is None or runs["runs_per_group"] <= _SHARED_GROUPS_NOTE:
         return None
     return (
         f"  note: loaders will decode up to {runs['runs_per_group']:.2f}x the row groups they "
-        f"touch: ranks share row groups (blocks of {worst['block_rows']:,} rows, row groups of "
-        f"about {runs['mean_group_rows']:,.0f}). More samples per rank, or shards converted "
-        f"with a smaller --row-group-size, bring it down (docs/ASSIGNMENT.md)."
+        f"touch: ranks share row groups ({worst['samples_per_rank']:,} samples per rank, dealt "
+        f"in units of about {worst['block_rows']:,} rows; row groups of about "
+        f"{runs['mean_group_rows']:,.0f}). More samples per rank, --block-rows left at its "
+        f"default, or shards converted with a smaller --row-group-size bring it down "
+        f"(docs/ASSIGNMENT.md)."
     )
 
 

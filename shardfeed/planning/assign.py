@@ -1,17 +1,19 @@
 """Per-rank assignment of one epoch: equal samples per rank, balanced bytes, node-local reads.
 
 For each epoch, and all nodes at once:
-1. each node's home rows (:mod:`node_sets`, the same every epoch) are cut into pieces: one row
-   group each where the row groups are known (a group far larger than ``block_rows`` in
-   near-equal parts), else at most ``block_rows`` rows; shards, then pieces within a shard,
-   take a seeded per-epoch order;
+1. each node's home rows (:mod:`node_sets`, the same every epoch) are cut into pieces, which
+   take a seeded per-epoch order (shards, then pieces within a shard);
 2. the node's stream is cut to exactly ``gpus_per_node * samples_per_rank`` rows: ``drop`` leaves
    the tail of that order out (a different tail each epoch), ``pad`` repeats its head;
-3. the stream is cut into ``blocks_per_rank`` blocks per rank of near-equal rows, and blocks are
-   dealt to the node's ranks in strata of equal size class, largest first, so every rank gets
-   the same rows and near-equal bytes;
-4. each rank reads its blocks in stream order, which keeps reads within a shard together, and its
-   stream is split into contiguous runs of whole batches, one per loader worker.
+3. the pieces go to the node's ranks, so every rank gets the same rows and near-equal bytes:
+   - where the row groups are known (and no ``block_rows`` is asked for), a piece is one row
+     group and goes whole to one rank (:mod:`whole_pieces`); only the few pieces cut to make
+     the counts exact are shared, so ranks rarely decode the same group;
+   - otherwise, or where that would break the bytes balance, pieces are at most ``block_rows``
+     rows (the row groups' bounds kept when known), the stream is cut into ``blocks_per_rank``
+     equal-row blocks per rank, and blocks are dealt largest first within size classes;
+4. each rank reads its pieces in stream order, which keeps reads within a shard together, and
+   its stream is split into contiguous runs of whole batches, one per loader worker.
 Everything is a pure function of the input spans, sizes, world, policy, seed and epoch.
 """
 
@@ -33,16 +35,22 @@ from shardfeed.planning.spans import (
     split_rows,
 )
 from shardfeed.planning.stable_random import random_keys
+from shardfeed.planning.whole_pieces import deal_whole
 
-#: changes whenever the same inputs give another plan (2: pieces follow row groups), so a
-#: loader refuses to resume a state whose in-memory plan came from another planner
-PLANNER_VERSION = 2
+#: changes whenever the same inputs give another plan (2: pieces follow row groups; 3: row
+#: groups are dealt whole), so a loader refuses to resume a state whose in-memory plan came
+#: from another planner
+PLANNER_VERSION = 3
 PAD, DROP = "pad", "drop"
 MODES = (PAD, DROP)
 DEFAULT_BLOCK_BYTES = 4 << 20  # one row group of payload: a block is one efficient read
 MIN_BLOCKS_PER_RANK = 64  # bytes balance is per block; fewer blocks per rank cannot reach 1.02
+BYTES_BALANCE = 1.02  # per-rank bytes max/mean a plan keeps to (docs/ASSIGNMENT.md, Guarantees)
 _GREEDY_BLOCKS = 4096  # per node: up to this many blocks, every block is dealt greedily
 _GREEDY_STRATA = 64  # beyond it, the last strata of blocks per rank still are
+#: dealing row groups whole, groups are cut to at most about per_rank // d rows, trying each d
+#: in turn until bytes balance
+_WHOLE_SPLITS = (1, 4, 16)
 
 
 @dataclass(frozen=True)
@@ -143,16 +151,13 @@ def plan_epoch(
         homes, block = plan_homes(sequence, row_bytes, world, policy)
     else:
         block = block_rows_for(per_rank, _mean(sequence, row_bytes), policy.block_rows)
-    stream, node = _epoch_order(homes, row_bytes, block, policy.seed, epoch)
-    quota = world.gpus_per_node * per_rank
-    home = homes.is_own(node, stream.shard)
-    stream, held = _fit_to(stream, node, home, row_bytes, world.nodes, quota)
-    blocks_per_rank = per_rank // block
-    segments, block_id = _cut_blocks(stream, world, per_rank, blocks_per_rank)
-    rank_of_block = _deal(row_bytes, segments, block_id, world, per_rank, blocks_per_rank)
-    rank = rank_of_block[block_id]
-    order = np.lexsort((np.arange(len(segments)), rank))
-    spans, part = _split_workers(segments.take(order), world, per_rank, policy.batch_size)
+    dealt = None
+    if row_bytes.groups is not None and policy.block_rows is None:
+        dealt = _whole_groups(homes, row_bytes, world, per_rank, policy.seed, epoch)
+    if dealt is None:
+        dealt = _blocks(homes, row_bytes, world, per_rank, block, policy.seed, epoch)
+    segments, rank, held, unit = dealt
+    spans, part = _split_workers(segments, world, per_rank, policy.batch_size)
     spans, part = merge_adjacent(spans, part)
     counts = np.bincount(part, minlength=world.ranks * world.workers)
     rank = part // world.workers
@@ -164,9 +169,9 @@ def plan_epoch(
         spans=spans,
         home=homes.is_own(rank // world.gpus_per_node, spans.shard),
         samples_per_rank=per_rank,
-        dropped=int(np.maximum(held - quota, 0).sum()),
-        padded=int(np.maximum(quota - held, 0).sum()),
-        block_rows=per_rank // blocks_per_rank,
+        dropped=int(np.maximum(held - world.gpus_per_node * per_rank, 0).sum()),
+        padded=int(np.maximum(world.gpus_per_node * per_rank - held, 0).sum()),
+        block_rows=unit,
     )
 
 
@@ -177,6 +182,58 @@ def plan_homes(
     per_rank = samples_per_rank(sequence.total_rows, world.ranks, policy.mode, policy.batch_size)
     block = block_rows_for(per_rank, _mean(sequence, row_bytes), policy.block_rows)
     return node_homes(sequence, world.nodes, row_bytes), block
+
+
+#: (segments sorted by rank then stream position, each one's rank, each node's rows before
+#: fitting, the shuffle unit in rows)
+_Dealt = tuple[Spans, np.ndarray, np.ndarray, int]
+
+
+def _whole_groups(
+    homes: NodeHomes, row_bytes: RowBytes, world: World, per_rank: int, seed: int, epoch: int
+) -> _Dealt | None:
+    """Pieces of one row group each, dealt whole to ranks (:func:`deal_whole`), so ranks share
+    only the few groups cut to make their counts exact. A group over 1.5 x ``per_rank // d``
+    rows is cut into near-equal parts, for ``d`` in ``_WHOLE_SPLITS``: the first that keeps
+    bytes within ``BYTES_BALANCE`` is taken (few large pieces per rank leave too little to
+    balance with). None where none does, or a node holds too many pieces to deal one by one:
+    then equal-row blocks are dealt instead."""
+    quota = world.gpus_per_node * per_rank
+    for split in _WHOLE_SPLITS:
+        stream, node = _epoch_order(homes, row_bytes, max(1, per_rank // split), seed, epoch)
+        if np.bincount(node, minlength=world.nodes).max(initial=0) > _GREEDY_BLOCKS:
+            return None
+        home = homes.is_own(node, stream.shard)
+        stream, held = _fit_to(stream, node, home, row_bytes, world.nodes, quota)
+        weights = row_bytes.of(stream).astype(np.float64)
+        segments, rank = deal_whole(stream, weights, world.nodes, world.gpus_per_node, per_rank)
+        load = np.bincount(rank, weights=row_bytes.of(segments), minlength=world.ranks)
+        if load.max(initial=0) <= BYTES_BALANCE * load.mean():
+            return segments, rank, held, max(1, round(quota * world.nodes / max(len(stream), 1)))
+    return None
+
+
+def _blocks(
+    homes: NodeHomes,
+    row_bytes: RowBytes,
+    world: World,
+    per_rank: int,
+    block: int,
+    seed: int,
+    epoch: int,
+) -> _Dealt:
+    """Pieces of at most about ``block`` rows; each node's stream cut into equal-row blocks,
+    ``per_rank // block`` per rank, dealt by bytes (:func:`_deal`)."""
+    stream, node = _epoch_order(homes, row_bytes, block, seed, epoch)
+    quota = world.gpus_per_node * per_rank
+    home = homes.is_own(node, stream.shard)
+    stream, held = _fit_to(stream, node, home, row_bytes, world.nodes, quota)
+    blocks_per_rank = per_rank // block
+    segments, block_id = _cut_blocks(stream, world, per_rank, blocks_per_rank)
+    rank_of_block = _deal(row_bytes, segments, block_id, world, per_rank, blocks_per_rank)
+    rank = rank_of_block[block_id]
+    order = np.lexsort((np.arange(len(segments)), rank))
+    return segments.take(order), rank[order], held, per_rank // blocks_per_rank
 
 
 def _mean(sequence: Spans, row_bytes: RowBytes) -> float:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -264,3 +266,33 @@ def test_bad_arguments_are_clear(ds):
         ShardLoader(ds, rank=0, world=1, batch_size=4, columns=["nope"])
     with pytest.raises(ValueError, match="cache_dir and cache_bytes"):
         ShardLoader(ds, rank=0, world=1, batch_size=4, cache_dir="/tmp/x")
+
+
+def _pool_threads(within: float = 0.0) -> list[threading.Thread]:
+    """The loader's pool threads still alive, after waiting up to ``within`` s for them to go."""
+    deadline = time.monotonic() + within
+    while True:
+        alive = [
+            t
+            for t in threading.enumerate()
+            if t.name.startswith(("shardfeed-io", "shardfeed-open"))
+        ]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.01)
+
+
+def test_stopping_midway_waits_for_reads_and_a_whole_pass_leaves_no_thread(ds):
+    """Stopped midway, a pass waits for its reads in flight, so none outlives it; after a whole
+    pass the idle pool threads exit on their own (closing their files off the consumer's
+    clock), and none is left behind."""
+    assert _pool_threads(within=10) == []  # earlier tests' passes are gone
+    loader = ShardLoader(ds, rank=0, world=1, batch_size=8, columns=["id"], io_threads=3)
+    batches = iter(loader)
+    next(batches), next(batches)
+    assert len(_pool_threads()) >= 1  # the pass is running
+    loader.set_epoch(1)  # stops it
+    assert _pool_threads() == []
+    assert sum(len(b["id"]) for b in loader) == loader.samples_seen > 0
+    loader.close()
+    assert _pool_threads(within=10) == []

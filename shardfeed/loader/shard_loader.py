@@ -5,8 +5,7 @@ every rank), cut into pieces inside one row group (``reads.py``). Every row-grou
 is listed up front (``schedule.py``); a pool of I/O threads works down the list a fixed depth
 ahead, decoding in parallel (pyarrow and the row-group checksum release the GIL), and hints the
 kernel to start reading the groups as far again ahead (``readahead.py``), so a cold disk has many
-large requests in flight; a shard a hint reaches first is opened by a thread of its own. A
-producer thread slices the decoded groups into batches in stream
+large requests in flight. A producer thread slices the decoded groups into batches in stream
 order for the consumer. Several datasets interleave by weight, one batch at a time
 (``mixture.py``).
 """
@@ -339,11 +338,7 @@ class _Pipeline:
         self._stopped = threading.Event()
         self._reads: ReadSchedule | None = None
         self._io = ThreadPoolExecutor(loader.io_threads, thread_name_prefix="shardfeed-io")
-        # opens shards the hints reach first: opening reads the footer, a small read that waits
-        # behind every queued read-ahead (some 50 ms cold), so no I/O thread should wait for it
-        self._opener = ThreadPoolExecutor(1, thread_name_prefix="shardfeed-open")
         self._readahead = ReadAhead()
-        self._finished = False  # the pass ran to its end: every read was consumed
         self._decode = (
             ThreadPoolExecutor(min(4, os.cpu_count() or 2), thread_name_prefix="shardfeed-decode")
             if loader.decode_images
@@ -362,12 +357,7 @@ class _Pipeline:
             except queue.Empty:
                 break
         self._thread.join()
-        # after a whole pass the pools are idle: their threads exit, closing (unmapping) their
-        # own shard files, without the consumer waiting (tens of ms a pass). Stopped midway,
-        # wait for the reads in flight, so none outlives the pass.
-        wait = not self._finished
-        self._io.shutdown(wait=wait, cancel_futures=True)
-        self._opener.shutdown(wait=wait, cancel_futures=True)
+        self._io.shutdown(wait=True, cancel_futures=True)
         self._readahead.close()
         if self._decode is not None:
             self._decode.shutdown(wait=True, cancel_futures=True)
@@ -383,13 +373,12 @@ class _Pipeline:
 
     def _run(self, start: int) -> None:
         try:
-            self._finished = self._produce(start)
+            self._produce(start)
             self._put(_END)
         except BaseException as err:  # handed to the consumer, raised in its thread
             self._put(err)
 
-    def _produce(self, start: int) -> bool:
-        """Batches from step ``start`` to the end; False if stopped before."""
+    def _produce(self, start: int) -> None:
         loader = self.loader
         names = list(loader.columns)
         pieces = _Pieces.of(loader, start)
@@ -402,7 +391,7 @@ class _Pipeline:
         submitted = 0
         for i in range(len(pieces.ends) - 1):
             if self._stopped.is_set():
-                return False
+                return
             lo, hi = int(pieces.ends[i]), int(pieces.ends[i + 1])
             # every read the next ``prefetch`` batches start, and at least ``ahead`` reads
             horizon = int(pieces.ends[min(i + 1 + loader.prefetch, len(pieces.ends) - 1)])
@@ -423,20 +412,13 @@ class _Pipeline:
             stream = loader.streams[s]
             batch = to_batch(parts, stream.dataset.features, names, decode=self._decode)
             if not self._put((batch, stream.plan.batch_rows(k), stream.plan.batch_payload(k))):
-                return False
-        return True
+                return
 
     def _hint(self, key: tuple[int, int, int]) -> None:
         source, shard, group = key
         dataset = self.loader.streams[source].dataset
-        if dataset.is_open(shard):
-            self._give_hint(dataset, shard, group)
-        elif dataset.node_cache is None:  # open it, then hint, in the background (the I/O
-            # pool shuts down before the opener, so this never meets a closed opener)
-            self._opener.submit(self._give_hint, dataset, shard, group)
-        # else opening may copy the shard into the node cache: the read does that, not a hint
-
-    def _give_hint(self, dataset: Dataset, shard: int, group: int) -> None:
+        if dataset.node_cache is not None and not dataset.is_open(shard):
+            return  # opening may copy the shard into the node cache: the read does that, not a hint
         try:
             extent = dataset.local_extent(shard, group)
             if extent is not None:

@@ -45,28 +45,30 @@ def binary_views(array: pa.Array) -> np.ndarray:
     return out
 
 
-def to_batch(
-    pieces: Sequence[pa.Table],
-    features: FeatureSpec,
-    names: Sequence[str],
-    *,
-    decode: Executor | None = None,
-) -> Batch:
-    """The columns ``names`` of the concatenated ``pieces`` as numpy; ``decode`` (a pool)
-    decodes image columns. Binary values stay views of each piece's buffers (never combined:
-    that would copy them); other columns are combined once per batch."""
+def to_batch(pieces: Sequence[pa.Table], features: FeatureSpec, names: Sequence[str]) -> Batch:
+    """The columns ``names`` of the concatenated ``pieces`` as numpy. Binary values stay views
+    of each piece's buffers (never combined: that would copy them); other columns are combined
+    once. Images stay encoded (:func:`decode_images` decodes them)."""
     out: Batch = {}
     for name in names:
         feature = features[name]
         chunks = [c for piece in pieces for c in piece.column(name).chunks]
         if feature.dtype == "image":
-            views = _concat([_image_views(c) for c in chunks])
-            out[name] = views if decode is None else decode_images(views, feature, decode)
+            out[name] = _concat([_image_views(c) for c in chunks])
         elif pa.types.is_binary(chunks[0].type) or pa.types.is_large_binary(chunks[0].type):
             out[name] = _concat([binary_views(c) for c in chunks])
         else:
             out[name] = column_to_numpy(pa.chunked_array(chunks, chunks[0].type), feature)
     return out
+
+
+def join_rows(parts: Sequence[tuple[Batch, int, int]], names: Sequence[str]) -> Batch:
+    """Rows ``[a, b)`` of each converted part, in order: slices (views) when there is one part,
+    else one concatenation per column (a copy of tensors; of pointers for object columns)."""
+    if len(parts) == 1:
+        arrays, a, b = parts[0]
+        return {name: arrays[name][a:b] for name in names}
+    return {name: np.concatenate([arrays[name][a:b] for arrays, a, b in parts]) for name in names}
 
 
 def _image_views(chunk: pa.StructArray) -> np.ndarray:

@@ -5,9 +5,9 @@ every rank), cut into pieces inside one row group (``reads.py``). Every row-grou
 is listed up front (``schedule.py``); a pool of I/O threads works down the list a fixed depth
 ahead, decoding in parallel (pyarrow and the row-group checksum release the GIL), and hints the
 kernel to start reading the groups as far again ahead (``readahead.py``), so a cold disk has many
-large requests in flight. A producer thread slices the decoded groups into batches in stream
-order for the consumer. Several datasets interleave by weight, one batch at a time
-(``mixture.py``).
+large requests in flight; each group's rows the pass uses are converted to numpy there, once.
+A producer thread cuts batches as slices of those arrays, in stream order, for the consumer.
+Several datasets interleave by weight, one batch at a time (``mixture.py``).
 """
 
 from __future__ import annotations
@@ -23,13 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from shardfeed.assignment import Assignment, load_assignment
 from shardfeed.dataset_source import DatasetSource
 from shardfeed.formats.node_cache import NodeCache
 from shardfeed.formats.reader import Dataset
-from shardfeed.loader.columns import Batch, to_batch
+from shardfeed.loader.columns import Batch, decode_images, join_rows, to_batch
 from shardfeed.loader.mixture import interleave, normalize
 from shardfeed.loader.pins import pinned_shards
 from shardfeed.loader.readahead import ReadAhead
@@ -337,6 +336,7 @@ class _Pipeline:
         self.out: queue.Queue = queue.Queue(maxsize=loader.prefetch)
         self._stopped = threading.Event()
         self._reads: ReadSchedule | None = None
+        self._rows: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(0, np.int64))
         self._io = ThreadPoolExecutor(loader.io_threads, thread_name_prefix="shardfeed-io")
         self._readahead = ReadAhead()
         self._decode = (
@@ -384,6 +384,12 @@ class _Pipeline:
         pieces = _Pieces.of(loader, start)
         schedule = schedule_reads(pieces.stream, pieces.shard, pieces.group, _REUSE_WINDOW)
         self._reads = schedule
+        # the rows of its group each read serves: only those are converted to numpy
+        first_row = np.full(schedule.num_reads, np.iinfo(np.int64).max, dtype=np.int64)
+        end_row = np.zeros(schedule.num_reads, dtype=np.int64)
+        np.minimum.at(first_row, schedule.read, pieces.lo)
+        np.maximum.at(end_row, schedule.read, pieces.hi)
+        self._rows = first_row, end_row
         # reads in flight beyond the one being consumed: enough to keep every I/O thread busy
         # and the disk queue deep, whatever the batch size
         ahead = max(_READS_PER_THREAD * loader.io_threads, 1)
@@ -404,13 +410,19 @@ class _Pipeline:
             parts = []
             for p in range(lo, hi):
                 r = int(schedule.read[p])
-                table = pending[r].result()
+                arrays = pending[r].result()
                 if schedule.last[r] == p:
-                    del pending[r]  # its last piece: the table goes with the batch
-                parts.append(table.slice(int(pieces.lo[p]), int(pieces.hi[p] - pieces.lo[p])))
+                    del pending[r]  # its last piece: the arrays go with the batch
+                base = int(self._rows[0][r])
+                parts.append((arrays, int(pieces.lo[p]) - base, int(pieces.hi[p]) - base))
             s, k = int(pieces.source[i]), int(pieces.index[i])
             stream = loader.streams[s]
-            batch = to_batch(parts, stream.dataset.features, names, decode=self._decode)
+            batch = join_rows(parts, names)
+            if self._decode is not None:
+                for name in names:
+                    feature = stream.dataset.features[name]
+                    if feature.dtype == "image":
+                        batch[name] = decode_images(batch[name], feature, self._decode)
             if not self._put((batch, stream.plan.batch_rows(k), stream.plan.batch_payload(k))):
                 return
 
@@ -426,9 +438,10 @@ class _Pipeline:
         except Exception as err:  # a hint only: the read reports the problem properly
             log.debug("read-ahead hint for shard %d group %d skipped: %s", shard, group, err)
 
-    def _read(self, r: int, names: list[str]) -> pa.Table:
+    def _read(self, r: int, names: list[str]) -> Batch:
         """Decode read ``r``'s row group (in an I/O thread; pyarrow releases the GIL), after
-        hinting a later read to the kernel, so the disk is busy meanwhile."""
+        hinting a later read to the kernel, so the disk is busy meanwhile; its rows the pass
+        uses come back as numpy (``to_batch``), so a batch is slices of them, whatever its size."""
         reads = self._reads
         later = r + _HINTS_PER_THREAD * self.loader.io_threads
         if later < reads.num_reads:
@@ -437,7 +450,8 @@ class _Pipeline:
         dataset = self.loader.streams[source].dataset
         table = dataset.read_row_group(shard, group, names)
         self.loader._metrics.read_group(dataset.served_on_node(shard))
-        return table
+        lo, hi = int(self._rows[0][r]), int(self._rows[1][r])
+        return to_batch([table.slice(lo, hi - lo)], dataset.features, names)
 
 
 @dataclass(frozen=True)

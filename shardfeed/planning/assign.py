@@ -157,6 +157,7 @@ def plan_epoch(
     if dealt is None:
         dealt = _blocks(homes, row_bytes, world, per_rank, block, policy.seed, epoch)
     segments, rank, held, unit = dealt
+    quota = world.gpus_per_node * per_rank
     spans, part = _split_workers(segments, world, per_rank, policy.batch_size)
     spans, part = merge_adjacent(spans, part)
     counts = np.bincount(part, minlength=world.ranks * world.workers)
@@ -169,8 +170,8 @@ def plan_epoch(
         spans=spans,
         home=homes.is_own(rank // world.gpus_per_node, spans.shard),
         samples_per_rank=per_rank,
-        dropped=int(np.maximum(held - world.gpus_per_node * per_rank, 0).sum()),
-        padded=int(np.maximum(world.gpus_per_node * per_rank - held, 0).sum()),
+        dropped=int(np.maximum(held - quota, 0).sum()),
+        padded=int(np.maximum(quota - held, 0).sum()),
         block_rows=unit,
     )
 

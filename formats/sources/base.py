@@ -16,10 +16,11 @@ A unit is a sample, or a whole episode for robot data; units are never split acr
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
+import numpy as np
 import pyarrow as pa
 
 from shardfeed.schemas.features import FeatureSpec
@@ -56,6 +57,20 @@ class UnitRef:
 @dataclass
 class ScanResult:
     units: list[UnitRef] = field(default_factory=list)
+    rejects: list[RejectRecord] = field(default_factory=list)
+
+
+@dataclass
+class RowsScan:
+    """Part of a file's scan that also carries its good rows, decoded once: unit ``i`` is at
+    ``positions[i]``, has ``rows[i]`` rows (consecutive in ``table``, in unit order),
+    ``payload[i]`` bytes and content hash ``hashes[i]``; ``rejects`` are the part's bad records."""
+
+    positions: np.ndarray
+    rows: np.ndarray
+    payload: np.ndarray
+    hashes: list[str]
+    table: pa.Table
     rejects: list[RejectRecord] = field(default_factory=list)
 
 
@@ -99,6 +114,18 @@ class SourceReader(Protocol):
 
     def read(self, refs: Sequence[UnitRef], spec: FeatureSpec) -> pa.Table:
         """Rows of ``refs`` in the given order, in ``spec``'s Arrow schema."""
+
+
+@runtime_checkable
+class SpoolingSource(Protocol):
+    """A source whose scan decodes the rows themselves, in parts of bounded size, so the pipeline
+    keeps them (``formats/spool.py``) and the shard writers never read the input again.
+
+    Units scanned this way have no locator into the input: the pipeline gives each one its row in
+    the spool, and ``read`` is not called for them."""
+
+    def scan_rows(self, file: str, spec: FeatureSpec) -> Iterator[RowsScan]:
+        """The file's units in source order, part by part, with their rows in ``spec``'s schema."""
 
 
 def unit_key(source: object, ref: UnitRef) -> str:

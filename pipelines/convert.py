@@ -27,7 +27,8 @@ import pyarrow as pa
 from shardfeed.formats.atomic import atomic_write_bytes
 from shardfeed.formats.publish import DatasetOptions, ShardOutcome, add_videos, build_shard
 from shardfeed.formats.shard_writer import SHARD_WRITER_VERSION
-from shardfeed.formats.sources.base import SourceReader
+from shardfeed.formats.sources.base import ScanResult, SourceReader, SpoolingSource, UnitRef
+from shardfeed.formats.spool import SPOOL_SUFFIX, SpoolWriter, gather, take_spooled, unit_rows
 from shardfeed.formats.unit_table import (
     UNIT_SUFFIX,
     KeyedUnit,
@@ -98,8 +99,13 @@ def read_inferred(source: SourceReader, path: str) -> Any:
 
 
 def scan_file(file: str, source: SourceReader, spec: FeatureSpec, config: GraphConfig) -> str:
-    """source file -> its unit table, bucket totals and (if any) sorted rejects; returns ``file``."""
-    result = source.scan(file, spec)
+    """source file -> its unit table, bucket totals and (if any) sorted rejects; returns ``file``.
+
+    A spooling source's rows go to the file's spool as they are decoded (``formats/spool.py``)."""
+    if isinstance(source, SpoolingSource):
+        result = _scan_spooled(file, source, spec, config)
+    else:
+        result = source.scan(file, spec)
     target = config.options.target_shard_bytes
     units = []
     for ref in result.units:
@@ -116,6 +122,48 @@ def scan_file(file: str, source: SourceReader, spec: FeatureSpec, config: GraphC
     beam.metrics.Metrics.counter("shardfeed", "files").inc()
     beam.metrics.Metrics.counter("shardfeed", "units").inc(len(units))
     return file
+
+
+def _scan_spooled(
+    file: str, source: SpoolingSource, spec: FeatureSpec, config: GraphConfig
+) -> ScanResult:
+    """Scan ``file`` part by part, appending its rows to its spool; each unit's locator is its
+    first row there."""
+    result = ScanResult()
+    with SpoolWriter(config.part("spool", file, SPOOL_SUFFIX), spec.arrow_schema()) as spool:
+        for part in source.scan_rows(file, spec):
+            first = spool.rows
+            spool.write(part.table)
+            starts = first + np.cumsum(part.rows) - part.rows
+            for position, rows, payload, digest, start in zip(
+                part.positions.tolist(),
+                part.rows.tolist(),
+                part.payload.tolist(),
+                part.hashes,
+                starts.tolist(),
+                strict=True,
+            ):
+                result.units.append(UnitRef(file, position, rows, payload, digest, (start,)))
+            result.rejects.extend(part.rejects)
+    return result
+
+
+def read_spooled(units: Sequence[KeyedUnit], spec: FeatureSpec, config: GraphConfig) -> pa.Table:
+    """The rows of ``units``, in the given order, from their files' spools."""
+    by_file: dict[str, list[int]] = {}
+    for i, unit in enumerate(units):
+        by_file.setdefault(unit.ref.file, []).append(i)
+    counts = np.array([u.ref.rows for u in units], np.int64)
+    firsts = np.cumsum(counts) - counts  # each unit's first row in the shard
+    schema = spec.arrow_schema()
+    pieces = []
+    for file in sorted(by_file):
+        picked = np.array(by_file[file], np.int64)
+        starts = np.array([units[i].ref.locator[0] for i in picked.tolist()], np.int64)
+        path = config.part("spool", file, SPOOL_SUFFIX)
+        table = take_spooled(path, starts, counts[picked], schema)
+        pieces.append((table, unit_rows(firsts[picked], counts[picked])))
+    return gather(pieces, int(counts.sum()))
 
 
 def keyed_by_shard(file: str, config: GraphConfig) -> Iterable[tuple[int, tuple[str, int]]]:
@@ -177,7 +225,10 @@ def write_planned_shard(
         _write_sidecar(sidecar, inputs, reused)
         beam.metrics.Metrics.counter("shardfeed", "shards_reused").inc()
         return number, _stats_state(reused)
-    table = source.read([u.ref for u in ordered], spec)
+    if isinstance(source, SpoolingSource):
+        table = read_spooled(ordered, spec, config)
+    else:
+        table = source.read([u.ref for u in ordered], spec)
     table = renumber(table, spec, [u.ref.rows for u in ordered], row_start, unit_start)
     episodic = "episode_index" in spec
     outcome = build_shard(

@@ -1,0 +1,88 @@
+"""The scan's spool: each input file's good rows, decoded once, kept for the shard writers.
+
+A source that decodes its rows while scanning (``SpoolingSource``) hands them to the pipeline,
+which appends them here, one uncompressed Arrow IPC file per input file in the work directory.
+Shard writers then take their rows by index from a memory map, so a ``.jsonl.gz`` is inflated
+once, however many shards its rows go to, and no input is parsed twice. Uncompressed, because a
+shard takes a few rows from every part of every spool file: compressed batches would be inflated
+once per shard, which is the cost the spool exists to remove. The price is disk: the work
+directory holds the decoded rows until the dataset is published.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from types import TracebackType
+
+import numpy as np
+import pyarrow as pa
+
+SPOOL_SUFFIX = ".arrow"
+_BATCH_ROWS = 64 * 1024  # rows per record batch: takes touch a few batches' buffers at a time
+
+
+class SpoolWriter:
+    """Appends tables to a spool file; the file appears under its name only when complete."""
+
+    def __init__(self, path: str, schema: pa.Schema) -> None:
+        self.path, self.rows = path, 0
+        self._temp = f"{path}.tmp-{os.getpid()}"
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self._sink = pa.OSFile(self._temp, "wb")
+        self._writer = pa.ipc.new_file(self._sink, schema)
+
+    def write(self, table: pa.Table) -> None:
+        if table.num_rows:
+            self._writer.write_table(table, max_chunksize=_BATCH_ROWS)
+            self.rows += table.num_rows
+
+    def __enter__(self) -> SpoolWriter:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self._writer.close()
+        self._sink.close()
+        if kind is None:
+            os.replace(self._temp, self.path)  # scratch: a re-run rescans, so no fsync
+        else:
+            os.unlink(self._temp)
+
+
+def take_spooled(path: str, starts: np.ndarray, counts: np.ndarray, schema: pa.Schema) -> pa.Table:
+    """The rows ``starts[i] : starts[i] + counts[i]`` of a spool file, unit after unit."""
+    with pa.memory_map(path) as source:
+        table = pa.ipc.open_file(source).read_all()
+        if table.schema != schema:
+            raise ValueError(f"{path}: spool schema {table.schema} is not {schema}")
+        taken = table.take(unit_rows(starts, counts))  # copies: nothing outlives the map
+    return taken
+
+
+def unit_rows(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The row numbers of units with these first rows and row counts, in unit order."""
+    starts = np.asarray(starts, np.int64)
+    counts = np.asarray(counts, np.int64)
+    if len(counts) and counts.min() == counts.max() == 1:
+        return starts
+    firsts = np.cumsum(counts) - counts  # where each unit begins in the output
+    return np.repeat(starts - firsts, counts) + np.arange(int(counts.sum()), dtype=np.int64)
+
+
+def gather(pieces: Sequence[tuple[pa.Table, np.ndarray]], total: int) -> pa.Table:
+    """Tables of rows taken per file, put back in unit order: ``pieces[k] = (table, places)``
+    where ``places[j]`` is the output row of the table's row ``j``."""
+    where = np.empty(total, np.int64)
+    offset = 0
+    for table, places in pieces:
+        where[places] = np.arange(offset, offset + table.num_rows, dtype=np.int64)
+        offset += table.num_rows
+    if offset != total:
+        raise ValueError(f"gathered {offset} rows, expected {total}")
+    joined = pa.concat_tables([table for table, _ in pieces])
+    return joined.take(where)

@@ -23,8 +23,9 @@ from shardfeed.schemas.manifest import ShardRecord
 DEFAULT_ROW_GROUP_BYTES = 4 << 20  # 4 MiB of payload: a few batches per group, cheap random access
 #: bumped when the same rows and options give other shard bytes or another record, so a re-run
 #: never keeps an interrupted run's shards written by an older writer (2: row-group CRC32Cs in
-#: the footer, footer_sha256 in the record)
-SHARD_WRITER_VERSION = 2
+#: the footer, footer_sha256 in the record; 3: units ordered by the vectorised shuffle keys of
+#: transforms.hashing.shuffle_keys)
+SHARD_WRITER_VERSION = 3
 _QUEUED_CHUNKS = (
     16  # chunks the encoder may run ahead of the hashing thread (pyarrow writes ~1 MiB pages)
 )

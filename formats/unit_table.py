@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from shardfeed.formats.atomic import atomic_write_bytes
 from shardfeed.formats.sources.base import UnitRef
@@ -75,25 +76,67 @@ def work_part(work: str, kind: str, source_file: str, suffix: str) -> str:
     return os.path.join(work, kind, name + suffix)
 
 
-def write_units(path: str, units: Sequence[KeyedUnit]) -> None:
-    """Write units in source order (file, position) as Parquet, atomically."""
-    ordered = sorted(units, key=lambda u: (u.ref.file, u.ref.position))
+def unit_table(
+    file: str,
+    positions: np.ndarray,
+    rows: np.ndarray,
+    payload: np.ndarray,
+    hashes: Sequence[str],
+    locators: pa.Array | Sequence[str],
+    keys: np.ndarray,
+    buckets: np.ndarray,
+) -> pa.Table:
+    """One source file's units as a ``UNIT_SCHEMA`` table in source order (by position), built
+    from arrays: ``locators`` are JSON texts (``locator_texts``)."""
+    positions = np.asarray(positions, dtype=np.int64)
+    order = np.argsort(positions, kind="stable")
+    n = len(positions)
+    names = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([file]))
     table = pa.table(
         [
-            pa.array([u.ref.file for u in ordered], pa.string()),
-            pa.array([u.ref.position for u in ordered], pa.int64()),
-            pa.array([u.ref.rows for u in ordered], pa.int64()),
-            pa.array([u.ref.payload_bytes for u in ordered], pa.int64()),
-            pa.array([u.ref.content_hash for u in ordered], pa.string()),
-            pa.array(
-                [json.dumps(list(u.ref.locator), separators=(",", ":")) for u in ordered],
-                pa.string(),
-            ),
-            pa.array([u.key for u in ordered], pa.uint64()),
-            pa.array([u.bucket for u in ordered], pa.uint64()),
+            names.cast(pa.string()),
+            pa.array(positions),
+            pa.array(np.asarray(rows, dtype=np.int64)),
+            pa.array(np.asarray(payload, dtype=np.int64)),
+            pa.array(hashes, pa.string()),
+            pa.array(locators, pa.string()) if not isinstance(locators, pa.Array) else locators,
+            pa.array(np.asarray(keys, dtype=np.uint64)),
+            pa.array(np.asarray(buckets, dtype=np.uint64)),
         ],
         schema=UNIT_SCHEMA,
     )
+    if n and not np.all(order[:-1] < order[1:]):  # a source that reported out of order
+        table = table.take(pa.array(order))
+    return table
+
+
+def locator_texts(locators: Sequence[Sequence]) -> list[str]:
+    """Locators (JSON-able tuples) as the JSON texts a unit table stores."""
+    return [json.dumps(list(locator), separators=(",", ":")) for locator in locators]
+
+
+def row_locators(starts: np.ndarray) -> pa.Array:
+    """Locators ``[start]`` (a unit's first row in its file's spool) as JSON texts, vectorised."""
+    text = pa.array(np.asarray(starts, dtype=np.int64)).cast(pa.string())
+    return pc.binary_join_element_wise("[", text, "]", "")
+
+
+def spool_starts(table: pa.Table) -> np.ndarray:
+    """The first spool rows of units whose locators ``row_locators`` wrote."""
+    texts = table.column("locator")
+    inner = pc.utf8_slice_codeunits(texts, 1, -1)
+    return pc.cast(inner, pa.int64()).to_numpy()
+
+
+def unit_refs(table: pa.Table) -> list[UnitRef]:
+    """A unit table's rows as :class:`UnitRef` (for sources that read by reference)."""
+    return [KeyedUnit.from_tuple(values).ref for values in _unit_tuples(table)]
+
+
+def write_unit_table(path: str, table: pa.Table) -> None:
+    """Write a ``UNIT_SCHEMA`` table (source order), atomically."""
+    if table.schema != UNIT_SCHEMA:
+        raise ValueError(f"{path}: unit table schema {table.schema} is not {UNIT_SCHEMA}")
     _write(path, table)
 
 
@@ -108,7 +151,7 @@ def read_unit_tuples(path: str) -> list[tuple]:
 
 
 def read_unit_table(path: str) -> pa.Table:
-    """A file's unit table as ``write_units`` wrote it (``UNIT_SCHEMA``, source order)."""
+    """A file's unit table as ``write_unit_table`` wrote it (``UNIT_SCHEMA``, source order)."""
     return _read(path, UNIT_SCHEMA)
 
 
@@ -125,14 +168,14 @@ def write_unit_groups(path: str, table: pa.Table, groups: Sequence[np.ndarray]) 
     atomic_write_bytes(path, sink.getvalue().to_pybytes(), durable=False)  # a re-run redoes it
 
 
-def read_unit_group(path: str, group: int) -> list[tuple]:
-    """Group ``group`` of a ``write_unit_groups`` file as ``KeyedUnit.to_tuple()`` values."""
+def read_unit_group(path: str, group: int) -> pa.Table:
+    """Group ``group`` of a ``write_unit_groups`` file, as a ``UNIT_SCHEMA`` table."""
     with pa.OSFile(path) as source:
         reader = pa.ipc.open_file(source)
         if reader.schema != UNIT_SCHEMA:
             raise ValueError(f"{path}: unexpected schema {reader.schema}")
         batch = reader.get_batch(group)
-    return _unit_tuples(pa.Table.from_batches([batch]))
+    return pa.Table.from_batches([batch])
 
 
 def _unit_tuples(table: pa.Table) -> list[tuple]:
@@ -159,11 +202,11 @@ def read_unit_sizes(path: str) -> tuple[np.ndarray, np.ndarray]:
     return table.column("payload_bytes").to_numpy(), table.column("rows").to_numpy()
 
 
-def write_totals(path: str, units: Sequence[KeyedUnit]) -> None:
-    """Per-bucket (units, rows, bytes) of one file's units, sorted by bucket."""
-    buckets = np.array([u.bucket for u in units], dtype=np.uint64)
-    rows = np.array([u.ref.rows for u in units], dtype=np.int64)
-    sizes = np.array([u.ref.payload_bytes for u in units], dtype=np.int64)
+def write_totals(path: str, units: pa.Table) -> None:
+    """Per-bucket (units, rows, bytes) of one file's unit table, sorted by bucket."""
+    buckets = units.column("bucket").to_numpy()
+    rows = units.column("rows").to_numpy()
+    sizes = units.column("payload_bytes").to_numpy()
     ids, inverse = np.unique(buckets, return_inverse=True)
     table = pa.table(
         [

@@ -12,6 +12,7 @@ so every runner (in-process, Dask, Flink, ...) sees the same plain Map/GroupByKe
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -23,30 +24,43 @@ from typing import Any
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+from apache_beam.typehints.decorators import no_annotations
 
 from shardfeed.formats.atomic import atomic_write_bytes
 from shardfeed.formats.publish import DatasetOptions, ShardOutcome, add_videos, build_shard
 from shardfeed.formats.shard_writer import SHARD_WRITER_VERSION
-from shardfeed.formats.sources.base import ScanResult, SourceReader, SpoolingSource, UnitRef
-from shardfeed.formats.spool import SPOOL_SUFFIX, SpoolWriter, gather, take_spooled, unit_rows
+from shardfeed.formats.sources.base import SourceReader, SpoolingSource, UnitRef
+from shardfeed.formats.spool import (
+    SPOOL_SUFFIX,
+    SpoolWriter,
+    open_spool,
+    take_in_order,
+    unit_rows,
+)
 from shardfeed.formats.unit_table import (
     UNIT_SUFFIX,
-    KeyedUnit,
+    locator_texts,
     read_unit_group,
     read_unit_table,
+    row_locators,
+    spool_starts,
+    unit_refs,
+    unit_table,
     work_part,
     write_totals,
     write_unit_groups,
-    write_units,
+    write_unit_table,
 )
 from shardfeed.pipelines.dedup import DropDuplicates
 from shardfeed.pipelines.plan_stage import Plan, PlanSettings, hot_positions, load_plan, plan_files
 from shardfeed.pipelines.stats_combine import MergeShardStats, StatsState, save_merged_stats
-from shardfeed.planning.shard_plan import ContiguousPlan, ShardPlan, bucket_of, hot_bucket
+from shardfeed.planning.shard_plan import ContiguousPlan, ShardPlan, buckets_of, hot_buckets
 from shardfeed.schemas.errors import ShardfeedError
 from shardfeed.schemas.features import FeatureSpec
 from shardfeed.schemas.manifest import canonical_json
-from shardfeed.transforms.hashing import shuffle_key
+from shardfeed.schemas.rejects import RejectRecord
+from shardfeed.transforms.hashing import shuffle_keys
 
 WORK_DIR = ".shardfeed-work"  # under DST while a run is in flight; removed after publishing
 PREVIOUS = "previous-shards"  # sidecars of an interrupted run, under WORK_DIR, checked for reuse
@@ -81,6 +95,7 @@ class GraphConfig:
         return work_part(self.work, kind, source_file, suffix)
 
 
+@no_annotations  # a SourceReader is a Protocol, which Beam 2.78's type check cannot compare
 def infer_file(file: str, source: SourceReader, config: GraphConfig) -> str:
     """source file -> its schema-inference part as JSON (sources whose schema comes from the data)."""
     part = dataclasses.asdict(source.infer(file))
@@ -98,72 +113,88 @@ def read_inferred(source: SourceReader, path: str) -> Any:
         return source.inferred_type(**json.load(handle))
 
 
+@no_annotations  # a SourceReader is a Protocol, which Beam 2.78's type check cannot compare
 def scan_file(file: str, source: SourceReader, spec: FeatureSpec, config: GraphConfig) -> str:
     """source file -> its unit table, bucket totals and (if any) sorted rejects; returns ``file``.
 
-    A spooling source's rows go to the file's spool as they are decoded (``formats/spool.py``)."""
+    A spooling source's rows go to the file's spool as they are decoded (``formats/spool.py``).
+    Keys, buckets and the tables are computed with array operations, not per unit."""
     if isinstance(source, SpoolingSource):
-        result = _scan_spooled(file, source, spec, config)
+        columns, rejects = _scan_spooled(file, source, spec, config)
     else:
         result = source.scan(file, spec)
-    target = config.options.target_shard_bytes
-    units = []
-    for ref in result.units:
-        key = shuffle_key(config.seed, ref.content_hash, f"{ref.file}:{ref.position}")
-        units.append(KeyedUnit(key, bucket_of(key, ref.payload_bytes, target), ref))
-    write_units(config.part("units", file, UNIT_SUFFIX), units)
-    write_totals(config.part("totals", file, UNIT_SUFFIX), units)
-    if result.rejects:
-        ordered = sorted(
-            result.rejects, key=lambda r: (_position_key(r.position), r.reason, r.message)
-        )
+        columns, rejects = _ref_columns(file, result.units), result.rejects
+    positions, rows, payload, hashes, locators = columns
+    keys = shuffle_keys(config.seed, hashes, file, positions)
+    buckets = buckets_of(keys, payload, config.options.target_shard_bytes)
+    table = unit_table(file, positions, rows, payload, hashes, locators, keys, buckets)
+    write_unit_table(config.part("units", file, UNIT_SUFFIX), table)
+    write_totals(config.part("totals", file, UNIT_SUFFIX), table)
+    if rejects:
+        ordered = sorted(rejects, key=lambda r: (_position_key(r.position), r.reason, r.message))
         body = "".join(r.dumps() + "\n" for r in ordered).encode()
         atomic_write_bytes(config.part("rejects", file, ".jsonl"), body)
     beam.metrics.Metrics.counter("shardfeed", "files").inc()
-    beam.metrics.Metrics.counter("shardfeed", "units").inc(len(units))
+    beam.metrics.Metrics.counter("shardfeed", "units").inc(table.num_rows)
     return file
+
+
+#: One file's units as arrays: positions, rows, payload bytes, content hashes, locator texts.
+UnitArrays = tuple[np.ndarray, np.ndarray, np.ndarray, list[str], Any]
+
+
+def _ref_columns(file: str, refs: Sequence[UnitRef]) -> UnitArrays:
+    """The arrays of a source that scans into :class:`UnitRef` objects."""
+    for ref in refs:
+        if ref.file != file:
+            raise ValueError(f"scanning {file} gave a unit of {ref.file}")
+    return (
+        np.array([r.position for r in refs], np.int64),
+        np.array([r.rows for r in refs], np.int64),
+        np.array([r.payload_bytes for r in refs], np.int64),
+        [r.content_hash for r in refs],
+        locator_texts([r.locator for r in refs]),
+    )
 
 
 def _scan_spooled(
     file: str, source: SpoolingSource, spec: FeatureSpec, config: GraphConfig
-) -> ScanResult:
+) -> tuple[UnitArrays, list[RejectRecord]]:
     """Scan ``file`` part by part, appending its rows to its spool; each unit's locator is its
     first row there."""
-    result = ScanResult()
+    positions, rows, payload, starts, hashes, rejects = [], [], [], [], [], []
     with SpoolWriter(config.part("spool", file, SPOOL_SUFFIX), spec.arrow_schema()) as spool:
         for part in source.scan_rows(file, spec):
-            first = spool.rows
+            starts.append(spool.rows + np.cumsum(part.rows) - part.rows)
             spool.write(part.table)
-            starts = first + np.cumsum(part.rows) - part.rows
-            for position, rows, payload, digest, start in zip(
-                part.positions.tolist(),
-                part.rows.tolist(),
-                part.payload.tolist(),
-                part.hashes,
-                starts.tolist(),
-                strict=True,
-            ):
-                result.units.append(UnitRef(file, position, rows, payload, digest, (start,)))
-            result.rejects.extend(part.rejects)
-    return result
+            positions.append(part.positions)
+            rows.append(part.rows)
+            payload.append(part.payload)
+            hashes.extend(part.hashes)
+            rejects.extend(part.rejects)
+    joined = [np.concatenate(c) if c else np.zeros(0, np.int64) for c in (positions, rows, payload)]
+    first = np.concatenate(starts) if starts else np.zeros(0, np.int64)
+    return (*joined, hashes, row_locators(first)), rejects
 
 
-def read_spooled(units: Sequence[KeyedUnit], spec: FeatureSpec, config: GraphConfig) -> pa.Table:
-    """The rows of ``units``, in the given order, from their files' spools."""
-    by_file: dict[str, list[int]] = {}
-    for i, unit in enumerate(units):
-        by_file.setdefault(unit.ref.file, []).append(i)
-    counts = np.array([u.ref.rows for u in units], np.int64)
-    firsts = np.cumsum(counts) - counts  # each unit's first row in the shard
+def read_spooled(units: pa.Table, spec: FeatureSpec, config: GraphConfig) -> pa.Table:
+    """The rows of ``units`` (a unit table, in output order) from their files' spools, with one
+    take over the memory-mapped spools."""
     schema = spec.arrow_schema()
-    pieces = []
-    for file in sorted(by_file):
-        picked = np.array(by_file[file], np.int64)
-        starts = np.array([units[i].ref.locator[0] for i in picked.tolist()], np.int64)
-        path = config.part("spool", file, SPOOL_SUFFIX)
-        table = take_spooled(path, starts, counts[picked], schema)
-        pieces.append((table, unit_rows(firsts[picked], counts[picked])))
-    return gather(pieces, int(counts.sum()))
+    files = pc.dictionary_encode(units.column("file")).combine_chunks()
+    names = files.dictionary.to_pylist()
+    counts = units.column("rows").to_numpy()
+    starts = spool_starts(units)
+    offset = np.zeros(len(names), np.int64)  # each file's first row in the joined spools
+    with contextlib.ExitStack() as stack:
+        tables = []
+        for i, name in enumerate(names):
+            spool = open_spool(stack, config.part("spool", name, SPOOL_SUFFIX), schema)
+            offset[i] = sum(t.num_rows for t in tables)
+            tables.append(spool)
+        joined = pa.concat_tables(tables) if tables else schema.empty_table()
+        where = unit_rows(offset[files.indices.to_numpy()] + starts, counts)
+        return take_in_order(joined, where)  # copies: nothing outlives the maps
 
 
 def keyed_by_shard(file: str, config: GraphConfig) -> Iterable[tuple[int, tuple[str, int]]]:
@@ -181,12 +212,11 @@ def keyed_by_shard(file: str, config: GraphConfig) -> Iterable[tuple[int, tuple[
     if isinstance(plan, ContiguousPlan):
         shards = plan.shards_of(file, table.column("payload_bytes").to_numpy())
     else:
-        hot = set(hot_positions(config.work, file).tolist())  # hot units move to hot buckets
-        buckets, positions = (table.column(c).to_pylist() for c in ("bucket", "position"))
-        shards = [
-            plan.shard_of[hot_bucket(b) if p in hot else b]
-            for b, p in zip(buckets, positions, strict=True)
-        ]
+        buckets = table.column("bucket").to_numpy()
+        hot = np.isin(table.column("position").to_numpy(), hot_positions(config.work, file))
+        if hot.any():  # hot units move to hot buckets
+            buckets = np.where(hot, hot_buckets(buckets), buckets)
+        shards = plan.shards_of(buckets)
     shards = np.asarray(shards, dtype=np.int64)
     order = np.argsort(shards, kind="stable")
     numbers, starts = np.unique(shards[order], return_index=True)
@@ -195,6 +225,7 @@ def keyed_by_shard(file: str, config: GraphConfig) -> Iterable[tuple[int, tuple[
         yield shard, (file, group)
 
 
+@no_annotations  # a SourceReader is a Protocol, which Beam 2.78's type check cannot compare
 def write_planned_shard(
     item: tuple[int, Iterable[tuple[str, int]]],
     source: SourceReader,
@@ -208,28 +239,26 @@ def write_planned_shard(
     plan = load_plan(config.work)
     row_start = config.row_offset + plan.row_start[local]
     unit_start = config.unit_offset + plan.unit_start[local]
-    units = [
-        KeyedUnit.from_tuple(unit)
-        for file, group in parts
-        for unit in read_unit_group(config.part("byshard", file, UNIT_SUFFIX), group)
-    ]
+    groups = [read_unit_group(config.part("byshard", file, UNIT_SUFFIX), g) for file, g in parts]
     # shuffled: by stable key; source order: files() is sorted, so (file, position) is source order
-    shuffled = isinstance(plan, ShardPlan)
-    ordered = sorted(
-        units, key=KeyedUnit.sort_key if shuffled else lambda u: (u.ref.file, u.ref.position)
-    )
+    by = ["key", "file", "position"] if isinstance(plan, ShardPlan) else ["file", "position"]
+    units = pa.concat_tables(groups)
+    units = units.take(pc.sort_indices(units, [(name, "ascending") for name in by]))
+    needs_refs = not isinstance(source, SpoolingSource) or hasattr(source, "write_videos")
+    refs = unit_refs(units) if needs_refs else []
     sidecar = config.sidecar(number)
-    inputs = shard_inputs_digest(local, ordered, source, spec, plan, config)
+    inputs = shard_inputs_digest(local, units, refs, source, spec, plan, config)
     reused = reusable_outcome(config.dst, config.sidecar(number, previous=True), inputs)
     if reused is not None:  # an interrupted run already wrote exactly this shard
         _write_sidecar(sidecar, inputs, reused)
         beam.metrics.Metrics.counter("shardfeed", "shards_reused").inc()
         return number, _stats_state(reused)
     if isinstance(source, SpoolingSource):
-        table = read_spooled(ordered, spec, config)
+        table = read_spooled(units, spec, config)
     else:
-        table = source.read([u.ref for u in ordered], spec)
-    table = renumber(table, spec, [u.ref.rows for u in ordered], row_start, unit_start)
+        table = source.read(refs, spec)
+    unit_rows = units.column("rows").to_numpy()
+    table = renumber(table, spec, unit_rows, row_start, unit_start)
     episodic = "episode_index" in spec
     outcome = build_shard(
         config.dst,
@@ -238,9 +267,9 @@ def write_planned_shard(
         spec,
         config.options,
         index_start=row_start,
-        source_episode_ids=[u.ref.position for u in ordered] if episodic else None,
+        source_episode_ids=units.column("position").to_pylist() if episodic else None,
     )
-    outcome = add_videos(outcome, config.dst, source, [u.ref for u in ordered])  # MP4s, if any
+    outcome = add_videos(outcome, config.dst, source, refs)  # MP4s, if any
     _write_sidecar(sidecar, inputs, outcome)
     beam.metrics.Metrics.counter("shardfeed", "shards").inc()
     beam.metrics.Metrics.counter("shardfeed", "bytes").inc(outcome.record.bytes)
@@ -258,15 +287,17 @@ def _write_sidecar(path: str, inputs: str, outcome: ShardOutcome) -> None:
 
 def shard_inputs_digest(
     number: int,
-    ordered: Sequence[KeyedUnit],
+    units: pa.Table,
+    refs: Sequence[UnitRef],
     source: SourceReader,
     spec: FeatureSpec,
     plan: Plan,
     config: GraphConfig,
 ) -> str:
-    """sha256 of everything a shard's bytes depend on: its units in order (with their content
-    hashes), the media files it cuts videos from, where its rows and episodes start, the spec and
-    the dataset options. ``number`` is the shard's number in ``plan`` (a split's offsets apply)."""
+    """sha256 of everything a shard's bytes depend on: its units in order (``units``, a unit table,
+    with their content hashes), the media files it cuts videos from (``refs``: the same units),
+    where its rows and episodes start, the spec and the dataset options. ``number`` is the shard's
+    number in ``plan`` (a split's offsets apply)."""
     h = hashlib.sha256()
     head = {
         "number": config.shard_offset + number,
@@ -276,14 +307,16 @@ def shard_inputs_digest(
         "options": dataclasses.asdict(config.options),
         # a shard written by another shard writer (another layout or checks) is not reused
         "writer": SHARD_WRITER_VERSION,
+        "units": units.num_rows,
     }
     h.update(canonical_json(head).encode())
-    for unit in ordered:
-        ref = unit.ref
-        line = f"\n{ref.file}\0{ref.position}\0{ref.rows}\0{ref.payload_bytes}\0{ref.content_hash}"
-        h.update(line.encode())
+    for name in ("position", "rows", "payload_bytes"):
+        h.update(units.column(name).to_numpy().astype("<i8").tobytes())
+    for name in ("file", "content_hash"):  # neither holds a newline
+        h.update("\n".join(units.column(name).to_pylist()).encode())
+        h.update(b"\0")
     if hasattr(source, "video_inputs"):
-        for line in source.video_inputs([u.ref for u in ordered]):
+        for line in source.video_inputs(refs):
             h.update(f"\n{line}".encode())
     return h.hexdigest()
 

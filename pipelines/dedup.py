@@ -24,6 +24,9 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import apache_beam as beam
+import pyarrow as pa
+import pyarrow.compute as pc
+from apache_beam.typehints.decorators import no_annotations
 
 from shardfeed.formats.atomic import atomic_open, atomic_write_bytes
 from shardfeed.formats.meta_writer import file_record
@@ -31,10 +34,11 @@ from shardfeed.formats.sources.base import SourceReader
 from shardfeed.formats.unit_table import (
     UNIT_SUFFIX,
     KeyedUnit,
+    read_unit_table,
     read_unit_tuples,
     work_part,
     write_totals,
-    write_units,
+    write_unit_table,
 )
 from shardfeed.planning.dedup import first_occurrences
 from shardfeed.schemas.manifest import DUPLICATES_PATH, FileRecord
@@ -44,7 +48,6 @@ if TYPE_CHECKING:  # convert.py wires this module in; a runtime import would be 
 
 #: hash-prefix groups: a group holds about 1/256 of the units (all copies of a content are in one)
 HASH_PARTS = 256
-_POSITION = 3  # in a KeyedUnit.to_tuple()
 _SUFFIX = ".jsonl"
 
 # a unit on its way to its hash group: (content hash, file, position, source name, position name),
@@ -63,6 +66,7 @@ class _Hashed(tuple):
     position = property(lambda self: self[2])
 
 
+@no_annotations  # a SourceReader is a Protocol, which Beam 2.78's type check cannot compare
 def hash_parts(
     file: str, source: SourceReader, config: GraphConfig
 ) -> Iterable[tuple[int, list[HashedTuple]]]:
@@ -99,9 +103,10 @@ def drop_duplicates(item: tuple[str, Iterable[list[DuplicateTuple]]], config: Gr
     records = sorted(d for group in groups for d in group)
     if records:
         path = config.part("units", file, UNIT_SUFFIX)
-        drop = {d[0] for d in records}
-        kept = [KeyedUnit.from_tuple(u) for u in read_unit_tuples(path) if u[_POSITION] not in drop]
-        write_units(path, kept)
+        table = read_unit_table(path)
+        drop = pa.array(sorted({d[0] for d in records}), pa.int64())
+        kept = table.filter(pc.invert(pc.is_in(table.column("position"), value_set=drop)))
+        write_unit_table(path, kept)
         write_totals(config.part("totals", file, UNIT_SUFFIX), kept)
         body = "".join(duplicate_line(d) + "\n" for d in records)
         atomic_write_bytes(config.part("duplicates", file, _SUFFIX), body.encode())

@@ -6,6 +6,7 @@ values are identical across runs, machines, Python versions and runners.
 - :func:`content_hash`: 128-bit BLAKE2b, 32 hex characters. Each part is framed by its length as
   8 bytes little-endian, so ``("ab", "c")`` and ``("a", "bc")`` hash differently.
 - :func:`shuffle_key`: unsigned 64-bit (store as ``uint64``, not ``int64``).
+- :func:`shuffle_keys`: the conversion's shuffle keys of a whole file's units at once (numpy).
 - :func:`stable_bucket`: 64-bit BLAKE2b of the UTF-8 key, modulo ``buckets``.
 """
 
@@ -14,6 +15,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import operator
+from collections.abc import Sequence
+
+import numpy as np
 
 #: Version tag mixed into shuffle keys; changing it changes every shuffled order.
 _SHUFFLE_DOMAIN = b"shardfeed.shuffle.v1"
@@ -48,6 +52,55 @@ def shuffle_key(seed: int, content_hash: str, position_key: str) -> int:
         )
     )
     return int.from_bytes(h.digest(), "big")
+
+
+#: Version tag of :func:`shuffle_keys`; changing it changes every converted dataset's order.
+_UNIT_SHUFFLE_DOMAIN = b"shardfeed.unit-shuffle.v2"
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def shuffle_keys(
+    seed: int, content_hashes: Sequence[str], file: str, positions: np.ndarray
+) -> np.ndarray:
+    """Stable 64-bit shuffle keys (``uint64``) of one file's units, computed with array operations.
+
+    Each key mixes the seed, the unit's content hash (its first 64 bits) and its place (the file
+    and the unit's position in it): another seed gives another order, and identical contents at
+    different places get different keys. The mixer is SplitMix64's finaliser, a bijection on 64
+    bits, so keys are as uniform as the content hashes. Hashes are hex digests of at least 16
+    digits (``content_digest``, ``content_hash``). One hashlib call per file, none per unit: at
+    ten million units a per-unit BLAKE2b call costs about a minute of Python.
+    """
+    positions = np.asarray(positions, dtype=np.int64)
+    if len(content_hashes) != len(positions):
+        raise ValueError(f"{len(content_hashes)} content hashes for {len(positions)} positions")
+    if not len(positions):
+        return np.zeros(0, dtype=np.uint64)
+    try:
+        heads = bytes.fromhex("".join(digest[:16] for digest in content_hashes))
+    except ValueError:
+        heads = b""
+    if len(heads) != 8 * len(positions):
+        raise ValueError("content hashes must be hex digests of at least 16 digits")
+    words = np.frombuffer(heads, dtype=">u8").astype(np.uint64)
+    h = hashlib.blake2b(digest_size=16)
+    for part in (_UNIT_SHUFFLE_DOMAIN, str(operator.index(seed)).encode("ascii"), file.encode()):
+        _update_framed(h, part)
+    digest = h.digest()
+    seed_word = np.uint64(int.from_bytes(digest[:8], "big"))
+    file_word = np.uint64(int.from_bytes(digest[8:], "big"))
+    place = mix64(file_word + positions.astype(np.uint64) * _GOLDEN)
+    return mix64(words ^ seed_word ^ place)
+
+
+def mix64(values: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser over a ``uint64`` array (wrapping arithmetic): a bijection whose
+    every output bit depends on every input bit."""
+    z = np.asarray(values, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
 
 
 @functools.lru_cache(maxsize=16)

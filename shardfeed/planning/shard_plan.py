@@ -10,6 +10,7 @@ ties on stable keys, so the plan is identical on every runner.
 
 from __future__ import annotations
 
+import functools
 import heapq
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -57,6 +58,24 @@ class ShardPlan:
     def num_shards(self) -> int:
         return len(self.rows)
 
+    def shards_of(self, buckets: np.ndarray) -> np.ndarray:
+        """The shard of each bucket of a ``uint64`` array (every bucket must be planned)."""
+        known, shards = self._lookup
+        buckets = np.asarray(buckets, dtype=np.uint64)
+        where = np.minimum(np.searchsorted(known, buckets), max(len(known) - 1, 0))
+        if len(buckets) and (not len(known) or not np.array_equal(known[where], buckets)):
+            missing = buckets[known[where] != buckets] if len(known) else buckets
+            raise KeyError(f"bucket {int(missing[0])} is not in the plan")
+        return shards[where]
+
+    @functools.cached_property
+    def _lookup(self) -> tuple[np.ndarray, np.ndarray]:
+        """The planned buckets sorted, and their shards, for :meth:`shards_of`."""
+        known = np.fromiter(self.shard_of.keys(), dtype=np.uint64, count=len(self.shard_of))
+        shards = np.fromiter(self.shard_of.values(), dtype=np.int64, count=len(self.shard_of))
+        order = np.argsort(known, kind="stable")
+        return known[order], shards[order]
+
 
 def bucket_of(
     shuffle_key: int, unit_bytes: int, target_bytes: int, buckets: int = FINE_BUCKETS
@@ -65,6 +84,13 @@ def bucket_of(
     if unit_bytes > target_bytes:
         return BIG_BUCKET_BASE + (shuffle_key % BIG_BUCKET_BASE)
     return shuffle_key % buckets
+
+
+def buckets_of(keys: np.ndarray, sizes: np.ndarray, target_bytes: int) -> np.ndarray:
+    """:func:`bucket_of` over arrays of shuffle keys (``uint64``) and unit sizes."""
+    keys = np.asarray(keys, dtype=np.uint64)
+    big = np.uint64(BIG_BUCKET_BASE) + keys % np.uint64(BIG_BUCKET_BASE)
+    return np.where(np.asarray(sizes) > target_bytes, big, keys % np.uint64(FINE_BUCKETS))
 
 
 def plan_shards(totals: Iterable[BucketTotal], target_bytes: int) -> ShardPlan:
@@ -103,6 +129,14 @@ def hot_bucket(bucket: int) -> int:
     """The bucket a unit moves to when it joins the hot set: fine buckets get their own id
     range, so hot and other units never share one; an oversized unit keeps its own bucket."""
     return bucket if bucket >= BIG_BUCKET_BASE else HOT_BUCKET_BASE + bucket
+
+
+def hot_buckets(buckets: np.ndarray) -> np.ndarray:
+    """:func:`hot_bucket` over a ``uint64`` array."""
+    buckets = np.asarray(buckets, dtype=np.uint64)
+    return np.where(
+        buckets >= np.uint64(BIG_BUCKET_BASE), buckets, buckets + np.uint64(HOT_BUCKET_BASE)
+    )
 
 
 def plan_classes(

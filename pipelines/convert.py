@@ -54,6 +54,7 @@ from shardfeed.formats.unit_table import (
 )
 from shardfeed.pipelines.dedup import DropDuplicates
 from shardfeed.pipelines.plan_stage import Plan, PlanSettings, hot_positions, load_plan, plan_files
+from shardfeed.pipelines.spec_stage import decide_spec, load_spec, save_inferred
 from shardfeed.pipelines.stats_combine import MergeShardStats, StatsState, save_merged_stats
 from shardfeed.planning.shard_plan import ContiguousPlan, ShardPlan, buckets_of, hot_buckets
 from shardfeed.schemas.errors import ShardfeedError
@@ -97,28 +98,22 @@ class GraphConfig:
 
 @no_annotations  # a SourceReader is a Protocol, which Beam 2.78's type check cannot compare
 def infer_file(file: str, source: SourceReader, config: GraphConfig) -> str:
-    """source file -> its schema-inference part as JSON (sources whose schema comes from the data)."""
-    part = dataclasses.asdict(source.infer(file))
-    atomic_write_bytes(
-        config.part("infer", file, ".json"),
-        json.dumps(part, sort_keys=True).encode(),
-        durable=False,  # scratch: a re-run infers again
-    )
+    """source file -> the same file, once its schema-inference part is saved (sources whose
+    schema comes from the data)."""
+    save_inferred(source, config.work, file)
     return file
 
 
-def read_inferred(source: SourceReader, path: str) -> Any:
-    """Rebuild one inference part (a dataclass of JSON values; never unpickled)."""
-    with open(path, encoding="utf-8") as handle:
-        return source.inferred_type(**json.load(handle))
-
-
 @no_annotations  # a SourceReader is a Protocol, which Beam 2.78's type check cannot compare
-def scan_file(file: str, source: SourceReader, spec: FeatureSpec, config: GraphConfig) -> str:
+def scan_file(
+    file: str, source: SourceReader, spec: FeatureSpec | None, config: GraphConfig
+) -> str:
     """source file -> its unit table, bucket totals and (if any) sorted rejects; returns ``file``.
 
     A spooling source's rows go to the file's spool as they are decoded (``formats/spool.py``).
-    Keys, buckets and the tables are computed with array operations, not per unit."""
+    Keys, buckets and the tables are computed with array operations, not per unit. ``spec``
+    None: the features the graph decided (``spec_stage``)."""
+    spec = spec or load_spec(config.work)
     if isinstance(source, SpoolingSource):
         columns, rejects = _scan_spooled(file, source, spec, config)
     else:
@@ -229,11 +224,13 @@ def keyed_by_shard(file: str, config: GraphConfig) -> Iterable[tuple[int, tuple[
 def write_planned_shard(
     item: tuple[int, Iterable[tuple[str, int]]],
     source: SourceReader,
-    spec: FeatureSpec,
+    spec: FeatureSpec | None,
     config: GraphConfig,
 ) -> tuple[int, StatsState]:
     """(shard number, units) -> the shard file under DST plus its JSON sidecar; returns the shard's
-    number and stats, for :class:`~shardfeed.pipelines.stats_combine.MergeShardStats`."""
+    number and stats, for :class:`~shardfeed.pipelines.stats_combine.MergeShardStats`. ``spec``
+    None: the features the graph decided."""
+    spec = spec or load_spec(config.work)
     local, parts = item  # the shard's number in this plan; a split's shards number on
     number = config.shard_offset + local
     plan = load_plan(config.work)
@@ -395,7 +392,7 @@ class InferSchema(beam.PTransform):
 class ScanFiles(beam.PTransform):
     """file paths -> the same paths, once each file's units, totals and rejects are written."""
 
-    def __init__(self, source: SourceReader, spec: FeatureSpec, config: GraphConfig) -> None:
+    def __init__(self, source: SourceReader, spec: FeatureSpec | None, config: GraphConfig) -> None:
         super().__init__()
         self.source, self.spec, self.config = source, spec, config
 
@@ -429,7 +426,7 @@ class WriteShards(beam.PTransform):
     """file paths -> (shard number, stats) per shard written: each shard is written from its own
     unit references, following the plan saved under the work dir."""
 
-    def __init__(self, source: SourceReader, spec: FeatureSpec, config: GraphConfig) -> None:
+    def __init__(self, source: SourceReader, spec: FeatureSpec | None, config: GraphConfig) -> None:
         super().__init__()
         self.source, self.spec, self.config = source, spec, config
 
@@ -445,16 +442,44 @@ class WriteShards(beam.PTransform):
         )
 
 
+class DecideSpec(beam.PTransform):
+    """file paths -> the same paths, once every file's inference part is merged into the features
+    (``spec_stage``); none when the source refuses the schema."""
+
+    def __init__(self, source: SourceReader, config: GraphConfig) -> None:
+        super().__init__()
+        self.source, self.config = source, config
+
+    def expand(self, files: beam.PCollection) -> beam.PCollection:
+        cost = self.config.options.cost
+        return (
+            files
+            | "Infer" >> InferSchema(self.source, self.config)
+            | "OneKey" >> beam.Map(_under_one_key)
+            | "AllInferred" >> beam.GroupByKey()  # (0, [every file]): waits for every part
+            | "Decide" >> beam.FlatMap(decide_spec, self.source, self.config.work, cost)
+        )
+
+
 class ConvertFiles(beam.PTransform):
-    """source file paths -> the merged stats, saved: scan, plan, write and summarise, one pipeline."""
+    """source file paths -> the merged stats, saved: scan, plan, write and summarise, one pipeline.
+
+    ``spec`` None: a data-typed source's features are inferred first, in the same pipeline
+    (``DecideSpec``), and loaded from the work dir by the steps that need them."""
 
     def __init__(
-        self, source: SourceReader, spec: FeatureSpec, config: GraphConfig, settings: PlanSettings
+        self,
+        source: SourceReader,
+        spec: FeatureSpec | None,
+        config: GraphConfig,
+        settings: PlanSettings,
     ) -> None:
         super().__init__()
         self.source, self.spec, self.config, self.settings = source, spec, config, settings
 
     def expand(self, files: beam.PCollection) -> beam.PCollection:
+        if self.spec is None:
+            files = files | "DecideSpec" >> DecideSpec(self.source, self.config)
         scanned = files | "ScanFiles" >> ScanFiles(self.source, self.spec, self.config)
         if self.settings.dedup:  # the same paths, once later exact copies are out of the tables
             scanned = scanned | "DropDuplicates" >> DropDuplicates(self.source, self.config)

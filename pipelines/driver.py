@@ -33,8 +33,6 @@ from shardfeed.pipelines.convert import (
     WORK_DIR,
     ConvertFiles,
     GraphConfig,
-    InferSchema,
-    read_inferred,
 )
 from shardfeed.pipelines.dedup import publish_duplicates
 from shardfeed.pipelines.object_store import object_stores
@@ -47,6 +45,7 @@ from shardfeed.pipelines.plan_stage import (
 )
 from shardfeed.pipelines.progress import WorkDirProgress
 from shardfeed.pipelines.runners import make_runner
+from shardfeed.pipelines.spec_stage import spec_outcome
 from shardfeed.pipelines.stats_combine import load_merged_stats
 from shardfeed.schemas.errors import ShardfeedError
 from shardfeed.schemas.manifest import MANIFEST_PATH, Duplicates, Rejects
@@ -212,19 +211,13 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
     pipeline_options = PipelineOptions(list(beam_args))
     clock.mark("open")
 
-    # 0. data-typed sources (JSONL) infer their schema from every file first
-    inferred = None
-    if hasattr(source, "infer"):
-        _run(
-            pipeline_options,
-            lambda p: (
-                p | "ListFiles" >> beam.Create(files) | "InferSchema" >> InferSchema(source, graph)
-            ),
-        )
-        inferred = _merge_inferred(source, graph, files)
-        clock.mark("infer")
-    spec = source.spec(inferred)
-    resolve_cost_kind(spec, config.cost)  # refuse a cost kind the features cannot give, up front
+    # data-typed sources (JSONL, Parquet, ...) infer their schema from every file first, in the
+    # same pipeline (spec_stage.py); the others know their features now
+    spec = None if hasattr(source, "infer") else source.spec(None)
+    if spec is not None:
+        resolve_cost_kind(
+            spec, config.cost
+        )  # refuse a cost kind the features cannot give, up front
 
     progress = WorkDirProgress(graph.work, len(files), force=config.progress)
     settings = PlanSettings(
@@ -234,8 +227,8 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
         hot,
         dedup=config.dedup,
     )
-    # one pipeline: scan every file, plan once from the small per-file totals, then each shard
-    # writer reads its own units (payloads never cross the shuffle)
+    # one pipeline: (infer,) scan every file, plan once from the small per-file totals, then each
+    # shard writer reads its own units (payloads never cross the shuffle)
     pipeline_started = time.time()
     with progress:
         _run(
@@ -246,13 +239,17 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
                 | "Convert" >> ConvertFiles(source, spec, graph, settings)
             ),
         )
+    scan_started = pipeline_started
+    if spec is None:
+        spec, _, scan_started = spec_outcome(graph.work)
+        clock.split(("infer", scan_started - pipeline_started))
     planned = read_plan_info(graph.work)
     if planned is None:
         raise ShardfeedError(
             "the runner finished without planning any shard; nothing was published"
         )
     clock.split(
-        ("scan", planned.started - pipeline_started),
+        ("scan", planned.started - scan_started),
         ("plan", planned.finished - planned.started),
         ("write", time.time() - planned.finished),
     )
@@ -330,15 +327,6 @@ def _run(options: PipelineOptions, build: Callable[[beam.Pipeline], object]) -> 
             client.close()
     if state is not None and state != PipelineState.DONE:
         raise ShardfeedError(f"the Beam pipeline ended in state {state}; nothing was published")
-
-
-def _merge_inferred(source: SourceReader, graph: GraphConfig, files: Sequence[str]) -> Any:
-    """Merge the per-file inference parts in file order (the merge is associative and commutative)."""
-    merged = None
-    for file in files:
-        part = read_inferred(source, graph.part("infer", file, ".json"))
-        merged = part if merged is None else type(source).merge_inferred(merged, part)
-    return merged
 
 
 def _only_leftovers(dst: str) -> bool:

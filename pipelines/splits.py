@@ -30,7 +30,6 @@ from shardfeed.pipelines.driver import (
     ConvertSummary,
     _keep_finished_shards,
     _mark_interrupted,
-    _merge_inferred,
     _move_rejects,
     _only_leftovers,
     _PhaseClock,
@@ -40,6 +39,7 @@ from shardfeed.pipelines.driver import (
 )
 from shardfeed.pipelines.plan_stage import PlanSettings, read_plan_info
 from shardfeed.pipelines.progress import WorkDirProgress
+from shardfeed.pipelines.spec_stage import merge_inferred
 from shardfeed.schemas.errors import SchemaError, ShardfeedError
 from shardfeed.schemas.manifest import Rejects, check_split_name
 
@@ -126,7 +126,7 @@ def run_split_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> C
 
         _run(pipeline_options, infer_all)
         for source, graph, split_files in zip(sources, graphs, files, strict=True):
-            part = _merge_inferred(source, graph, split_files)
+            part = merge_inferred(source, graph.work, split_files)
             if part is not None:
                 inferred = part if inferred is None else type(source).merge_inferred(inferred, part)
         clock.mark("infer")

@@ -38,8 +38,10 @@ How each contender is measured
 - Every output is checked (sample counts: ``shardfeed inspect --json``, tar members, MDS ``index.json``,
   copied files), so no contender wins by writing nothing; a failed check fails the benchmark.
 
-The last line printed is a JSON object ``{"vs_best_peer": x, "vs_copy": y, "samples_per_s": z, ...}``:
-the best shardfeed ``--validate header`` throughput (samples/s on wall time) over the best peer's
+``--kind`` picks the corpus: ``image`` (this file), ``text``, ``text-gz`` and ``parquet``
+(``bench_convert_text.py``), or ``all`` of them in turn. The last line printed is one JSON object
+with a block per kind run: ``{"image": {"vs_best_peer": x, "vs_copy": y, "samples_per_s": z, ...},
+"text": {"vs_hf": ..., "vs_plain": ..., "scale_2w": ...}, ...}``. In the image block: the best shardfeed ``--validate header`` throughput (samples/s on wall time) over the best peer's
 (WebDataset, MDS), over cp's, and that shardfeed throughput itself.
 """
 
@@ -72,6 +74,7 @@ QUICK = {"files": 3_000, "classes": 100, "min_kb": 10, "max_kb": 30, "shard": "1
 ALL_CONTENDERS = ("cp", "wds", "mds", "sf-header-1w", "sf-header-2w", "sf-full-1w")
 PEERS = ("wds", "mds")
 SF_HEADER = ("sf-header-1w", "sf-header-2w")
+KINDS = ("image", "text", "text-gz", "parquet")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -700,8 +703,42 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="afterwards, re-run sf-header-1w under cProfile and print the top functions",
     )
+    parser.add_argument(
+        "--kind",
+        choices=(*KINDS, "all"),
+        default="image",
+        help="which corpus: image (an image folder), text (JSONL), text-gz (.jsonl.gz/.zst at 4 "
+        "and 64 shards), parquet; all runs them in turn (scripts/bench_convert_text.py has the "
+        "text kinds' contenders)",
+    )
     args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    kinds = KINDS if args.kind == "all" else (args.kind,)
+    blocks = {}
+    for kind in kinds:
+        if kind == "image":
+            blocks[kind] = run_image(args, parser)
+        else:
+            import bench_convert_text
 
+            workdir = args.workdir or REPO / "out" / "bench" / "text"
+            workdir.mkdir(parents=True, exist_ok=True)
+            names = (
+                None if args.contenders == ",".join(ALL_CONTENDERS) else args.contenders.split(",")
+            )
+            timeout = args.timeout or (300 if args.quick else 1800)
+            drop = not args.no_drop_caches
+            blocks[kind] = bench_convert_text.run_kind(
+                kind, workdir.resolve(), args.quick, names, timeout, drop
+            )
+        print(f"bench: {kind}: {json.dumps(blocks[kind])}", file=sys.stderr, flush=True)
+    print(json.dumps(blocks), flush=True)
+    return 0
+
+
+def run_image(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
+    """The image kind: print its table and notes, return its block of the last line."""
     preset = dict(QUICK if args.quick else FULL)
     if args.files:
         preset["files"] = args.files
@@ -710,8 +747,6 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(names) - set(ALL_CONTENDERS)
     if unknown:
         parser.error(f"unknown contenders: {', '.join(sorted(unknown))}")
-    if args.repeat < 1:
-        parser.error("--repeat must be at least 1")
     timeout = args.timeout or (300 if args.quick else 1800)
 
     if args.workdir:
@@ -859,8 +894,7 @@ def main(argv: list[str] | None = None) -> int:
     for note in notes:
         print(note)
     head = {k: summary.pop(k) for k in ("vs_best_peer", "vs_copy", "samples_per_s") if k in summary}
-    print(json.dumps({**head, **summary}), flush=True)
-    return 0
+    return {**head, **summary}
 
 
 if __name__ == "__main__":

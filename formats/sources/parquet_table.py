@@ -90,7 +90,7 @@ import pyarrow.parquet as pq
 from shardfeed.formats.columns import nest
 from shardfeed.formats.payload import table_row_bytes
 from shardfeed.formats.sources import json_text
-from shardfeed.formats.sources.base import DatasetMeta, MediaHook, ScanResult, UnitRef
+from shardfeed.formats.sources.base import DatasetMeta, MediaHook, RowsScan, ScanResult, UnitRef
 from shardfeed.formats.sources.listing import list_files, source_root
 from shardfeed.formats.storage import locate
 from shardfeed.schemas.errors import ShardfeedError, UnsafePathError
@@ -872,6 +872,25 @@ def _digest_parts(
 # The source
 
 
+@dataclass
+class _GroupScan:
+    """One row group's scan: its good rows (``table``, converted, images as the media hook
+    leaves them) with their index in the group, position in the file, payload and digest."""
+
+    row_group: int
+    indices: np.ndarray
+    positions: np.ndarray
+    payload: np.ndarray
+    hashes: list[str]
+    table: pa.Table
+    rejects: list[RejectRecord]
+
+    @classmethod
+    def empty(cls, rg: int, schema: pa.Schema, rejects: list[RejectRecord]) -> _GroupScan:
+        none = np.zeros(0, np.int64)
+        return cls(rg, none, none, none, [], schema.empty_table(), rejects)
+
+
 class ParquetSource:
     """Parquet files as a :class:`~shardfeed.formats.sources.base.SourceReader`; one unit per row.
 
@@ -1027,19 +1046,42 @@ class ParquetSource:
         """One UnitRef per good row of ``file``, read one row group at a time; a file that does not
         fit ``spec`` or cannot be read is one reject naming it."""
         result = ScanResult()
+        for group in self._scan_groups(file, spec):
+            result.rejects.extend(group.rejects)
+            for position, payload, digest, index in zip(
+                group.positions.tolist(),
+                group.payload.tolist(),
+                group.hashes,
+                group.indices.tolist(),
+                strict=True,
+            ):
+                locator = (group.row_group, index)
+                result.units.append(UnitRef(file, position, 1, payload, digest, locator))
+        return result
+
+    def scan_rows(self, file: str, spec: FeatureSpec) -> Iterator[RowsScan]:
+        """The good rows of ``file`` row group by row group, converted to ``spec`` (images as
+        the media hook leaves them), with the rejects: the file is decoded once
+        (:class:`~shardfeed.formats.sources.base.SpoolingSource`)."""
+        for group in self._scan_groups(file, spec):
+            ones = np.ones(len(group.positions), np.int64)
+            yield RowsScan(
+                group.positions, ones, group.payload, group.hashes, group.table, group.rejects
+            )
+
+    def _scan_groups(self, file: str, spec: FeatureSpec) -> Iterator[_GroupScan]:
         schema = spec.arrow_schema()
-        images = [f.name for f in spec.stored if f.dtype == "image"]
         try:
             with self._open(file) as pf:
                 plan = self._check(file, pf, spec)
                 start = 0
                 for rg in range(pf.metadata.num_row_groups):
                     count = pf.metadata.row_group(rg).num_rows
-                    self._scan_group(file, pf, rg, start, count, plan, schema, images, result)
+                    yield self._scan_group(file, pf, rg, start, count, plan, schema)
                     start += count
-        except _FileProblem as problem:
-            result.rejects.append(RejectRecord(file, "", problem.reason, problem.message))
-        return result
+        except _FileProblem as problem:  # raised before any row group is read
+            reject = RejectRecord(file, "", problem.reason, problem.message)
+            yield _GroupScan.empty(-1, schema, [reject])
 
     def _scan_group(
         self,
@@ -1050,57 +1092,56 @@ class ParquetSource:
         count: int,
         plan: Sequence[_Column],
         schema: pa.Schema,
-        images: Sequence[str],
-        result: ScanResult,
-    ) -> None:
+    ) -> _GroupScan:
         try:
             raw = pf.read_row_group(rg)
             if raw.num_rows != count:
                 raise OSError(f"it holds {raw.num_rows} rows, the footer says {count}")
         except (OSError, pa.ArrowException) as err:
             message = f"rows {start}..{start + count - 1} of {file} cannot be read: {_text(err)}"
-            result.rejects.append(RejectRecord(file, f"row_group:{rg}", "parquet_corrupt", message))
-            return
+            reject = RejectRecord(file, f"row_group:{rg}", "parquet_corrupt", message)
+            return _GroupScan.empty(rg, schema, [reject])
         table, good, errors = convert_rows(raw, plan, schema)
         payload = table_row_bytes(table)
-        for name in images:
-            for row, outcome in self._hook_images(table.column(name)).items():
-                if isinstance(outcome, RejectError):
-                    errors[int(good[row])] = outcome
-                    payload[row] = -1
-                else:
-                    payload[row] += outcome
         digests = row_digests(table)
-        for row, index in enumerate(good.tolist()):
-            if payload[row] < 0:
+        keep = np.ones(table.num_rows, dtype=bool)
+        for position, f in enumerate(table.schema):
+            if f.type != IMAGE_ARROW_TYPE or self.media_hook is None:
                 continue
-            result.units.append(
-                UnitRef(
-                    file=file,
-                    position=start + index,
-                    rows=1,
-                    payload_bytes=int(payload[row]),
-                    content_hash=digests[row],
-                    locator=(rg, index),
+            column = _one(table.column(position))
+            blobs = pc.struct_field(column, "bytes").to_pylist()
+            for row, blob in enumerate(blobs):
+                if blob is None or not keep[row]:
+                    continue
+                try:
+                    hooked = self.media_hook(blob)
+                except RejectError as err:
+                    errors[int(good[row])] = err
+                    keep[row] = False
+                    continue
+                payload[row] += len(hooked) - len(blob)
+                blobs[row] = hooked
+            if self.media_hook.rewrites:
+                rebuilt = pa.StructArray.from_arrays(
+                    [pa.array(blobs, pa.binary()), pc.struct_field(column, "path")],
+                    fields=list(IMAGE_ARROW_TYPE),
+                    mask=pc.invert(column.is_valid()) if column.null_count else None,
                 )
-            )
-        for index, err in sorted(errors.items()):
-            result.rejects.append(RejectRecord.from_error(file, f"row:{start + index}", err))
-
-    def _hook_images(self, column: pa.ChunkedArray | pa.Array) -> dict[int, int | RejectError]:
-        """row -> size change of its image under the media hook, or the RejectError it raised."""
-        if self.media_hook is None:
-            return {}
-        out: dict[int, int | RejectError] = {}
-        data = pc.struct_field(_one(column), "bytes").to_pylist()
-        for row, blob in enumerate(data):
-            if blob is None:
-                continue
-            try:
-                out[row] = len(self.media_hook(blob)) - len(blob)
-            except RejectError as err:
-                out[row] = err
-        return out
+                table = table.set_column(position, f, rebuilt)
+        rejects = [
+            RejectRecord.from_error(file, f"row:{start + index}", err)
+            for index, err in sorted(errors.items())
+        ]
+        kept = np.flatnonzero(keep)
+        return _GroupScan(
+            row_group=rg,
+            indices=good[kept].astype(np.int64),
+            positions=start + good[kept].astype(np.int64),
+            payload=payload[kept].astype(np.int64),
+            hashes=[digests[i] for i in kept.tolist()],
+            table=table if len(kept) == table.num_rows else table.take(pa.array(kept)),
+            rejects=rejects,
+        )
 
     def read(self, refs: Sequence[UnitRef], spec: FeatureSpec) -> pa.Table:
         """The rows of ``refs`` in the given order, in ``spec.arrow_schema()``: each row group a ref

@@ -61,6 +61,14 @@ class TooManyRejectsError(ShardfeedError):
 _MEDIA_KINDS = ("imagefolder", "parquet", "webdataset", "lerobot")
 
 
+#: which source kinds take each source option of the CLI
+_OPTION_KINDS = {
+    "unify_schemas": ("parquet", "tfrecord"),
+    "text_field": ("jsonl",),
+    "drop_videos": ("lerobot",),
+}
+
+
 @dataclass(frozen=True)
 class ConvertConfig:
     """What a conversion produces. ``content_options`` lists the fields that change output bytes."""
@@ -93,6 +101,13 @@ class ConvertConfig:
         """``src`` opened as a ``kind`` source with this run's options; sources that hold
         encoded images get the image policy."""
         media = {"media_hook": self.image_policy()} if kind in _MEDIA_KINDS else {}
+        for option in self.source_options:
+            kinds = _OPTION_KINDS.get(option, ())
+            if kind not in kinds:
+                flag = "--" + option.replace("_", "-")
+                raise ShardfeedError(
+                    f"{flag} applies to {' and '.join(kinds)} sources; this source is {kind}"
+                )
         return open_source(src, kind, **media, **self.source_options)
 
     def dataset_options(self, meta: DatasetMeta, kind: str, source: str) -> DatasetOptions:

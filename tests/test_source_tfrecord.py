@@ -128,3 +128,53 @@ def test_a_link_leading_outside_the_root_is_a_reject(corpus, tmp_path):
     ds = open_dataset(dst)
     rejects = list(iter_rejects(ds.location, ds.manifest))
     assert [r.source for r in rejects if r.reason == "path_escape"] == ["escape.tfrecord"]
+
+
+@pytest.mark.skipif(not CORPORA, reason="SHARDFEED_CORPORA is not set (scripts/test.sh sets it)")
+def test_the_whole_chicago_corpus_drifts_and_unifies(tmp_path, capsys):
+    """``dropoff_*`` features are int64 under csv_example_gen/ and float under external/."""
+    src = Path(CORPORA, "tfrecord_chicago_taxi")
+    assert main(["convert", str(src), str(tmp_path / "refused")]) != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert "differs across files" in err and "--unify-schemas" in err
+    assert "csv_example_gen/" in err and "external/" in err
+    assert not (tmp_path / "refused" / "meta").exists()
+
+    dst = tmp_path / "unified"
+    assert main(["convert", str(src), str(dst), "--unify-schemas", "--no-shuffle"]) == 0
+    ds = open_dataset(dst)
+    assert len(ds) == 30_000 and ds.manifest.rejects.total == 0
+    assert ds.features["dropoff_community_area"].dtype == "float64"
+    values = ds.read(0, len(ds), columns=["dropoff_community_area"])["dropoff_community_area"]
+    direct = [
+        e["dropoff_community_area"][1][0]
+        for file in sorted(p for p in src.rglob("*") if "tfrecord" in p.name and p.is_file())
+        for _, data in iter_records(file)
+        if len((e := decode_example(data)).get("dropoff_community_area", (None, []))[1] or [])
+    ]
+    present = values[~np.isnan(values.astype(np.float64))]
+    assert sorted(present.tolist()) == sorted(float(v) for v in direct)
+
+
+def test_unify_refuses_integers_float64_cannot_hold(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    write_records(src / "a.tfrecord", [encode_example({"x": ("int64", [2**60 + 1])})] * 50)
+    write_records(src / "b.tfrecord", [encode_example({"x": ("float", [1.5])})] * 50)
+    dst = tmp_path / "ds"
+    assert (
+        main(["convert", str(src), str(dst), "--unify-schemas", "--max-reject-fraction", "0.6"])
+        == 0
+    )
+    ds = open_dataset(dst)
+    assert len(ds) == 50 and dict(ds.manifest.rejects.by_reason) == {"field_type": 50}
+
+
+def test_unify_schemas_is_refused_for_a_source_it_does_not_apply_to(tmp_path, capsys):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.jsonl").write_text('{"text": "x"}\n')
+    assert main(["convert", str(src), str(tmp_path / "ds"), "--unify-schemas"]) != 0
+    err = capsys.readouterr().err
+    assert "--unify-schemas applies to parquet and tfrecord sources; this source is jsonl" in err

@@ -41,7 +41,13 @@ import pyarrow as pa
 
 from shardfeed.formats.columns import conform
 from shardfeed.formats.sources import json_text
-from shardfeed.formats.sources.base import DatasetMeta, ScanResult, UnitRef, content_digest
+from shardfeed.formats.sources.base import (
+    DatasetMeta,
+    RowsScan,
+    ScanResult,
+    UnitRef,
+    content_digest,
+)
 from shardfeed.formats.sources.listing import list_files, source_root
 from shardfeed.formats.storage import locate
 from shardfeed.formats.tf_example import ExampleDecodeError, decode_example
@@ -51,6 +57,11 @@ from shardfeed.schemas.features import Feature, FeatureSpec
 from shardfeed.schemas.rejects import RejectError, RejectRecord
 
 KIND_ORDER = ("int64", "float", "bytes")  # tie-break: the first wins
+EXAMPLE_FILES = 2  # files named per feature and kind in a schema-drift message
+#: a minority kind at or below this share of a feature's values is stray records (``field_type``
+#: rejects); above it the files disagree on the feature's type: schema drift
+DRIFT_SHARE = 0.05
+_BATCH_RECORDS = 8192  # records per spooled part
 MAX_RECORD_BYTES = 256 << 20  # a larger record is a reject, never held in memory
 _IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF8", b"RIFF", b"BM")
 
@@ -66,6 +77,8 @@ class InferredExamples:
     lengths: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     text: Mapping[str, int] = field(default_factory=dict)
     images: Mapping[str, int] = field(default_factory=dict)
+    #: ``files[name][kind]``: the first few files (sorted) holding that kind, for messages
+    files: Mapping[str, Mapping[str, list[str]]] = field(default_factory=dict)
 
 
 def merge_inferred(a: InferredExamples, b: InferredExamples) -> InferredExamples:
@@ -85,12 +98,18 @@ def merge_inferred(a: InferredExamples, b: InferredExamples) -> InferredExamples
             out[k] = out.get(k, 0) + n
         return out
 
+    files = {k: {kind: list(v) for kind, v in kinds.items()} for k, kinds in a.files.items()}
+    for name, kinds in b.files.items():
+        for kind, names in kinds.items():
+            into = files.setdefault(name, {}).setdefault(kind, [])
+            into[:] = sorted(set(into) | set(names))[:EXAMPLE_FILES]
     return InferredExamples(
         a.records + b.records,
         add(a.kinds, b.kinds),
         add(a.lengths, b.lengths),
         add_flat(a.text, b.text),
         add_flat(a.images, b.images),
+        files,
     )
 
 
@@ -98,8 +117,44 @@ def resolve_kind(counts: Mapping[str, int]) -> str:
     return max(KIND_ORDER, key=lambda k: (counts.get(k, 0), -KIND_ORDER.index(k)))
 
 
-def feature_for(name: str, inferred: InferredExamples) -> Feature:
+def check_drift(name: str, inferred: InferredExamples, unify: bool) -> str | None:
+    """The kind a feature held in many records besides its own, when files disagree on it:
+    ``float`` joins ``int64`` under ``unify`` (the feature becomes float64, exact for every
+    float32 and every integer up to 2**53). Otherwise a ShardfeedError naming the feature, example
+    files of each kind and the flag. None when one kind dominates (others are stray records)."""
+    counts = {k: n for k, n in inferred.kinds.get(name, {}).items() if n}
+    if len(counts) < 2:
+        return None
+    kind = resolve_kind(counts)
+    total = sum(counts.values())
+    others = {k: n for k, n in counts.items() if k != kind}
+    if sum(others.values()) <= DRIFT_SHARE * total:
+        return None
+    if unify and set(counts) == {"int64", "float"}:
+        return "float64"
+    examples = inferred.files.get(name, {})
+    held = "; ".join(
+        f"{k} in {counts[k]:,} records (e.g. {', '.join(examples.get(k, [])) or '?'})"
+        for k in sorted(counts, key=KIND_ORDER.index)
+    )
+    remedy = (
+        "pass --unify-schemas to convert int64 and float values as float64"
+        if set(counts) == {"int64", "float"} and not unify
+        else "no lossless promotion joins these kinds; convert the files separately"
+    )
+    raise ShardfeedError(f"feature {name!r} differs across files: {held}; {remedy}")
+
+
+def feature_for(name: str, inferred: InferredExamples, unify: bool = False) -> Feature:
     """The feature a merged inference gives ``name`` (the table in the module docstring)."""
+    if check_drift(name, inferred, unify) == "float64":
+        lengths = {int(n) for n, c in inferred.lengths.get(name, {}).items() if c}
+        if lengths == {1}:
+            return Feature(name, "float64", (1,), extra={"unified": "int64+float"})
+        fixed = lengths.pop() if len(lengths) == 1 else None
+        if fixed is not None:
+            return Feature(name, "float64", (fixed,), extra={"unified": "int64+float"})
+        return Feature(name, "string", (1,), extra={"encoding": "json", "example_kind": "number"})
     kind = resolve_kind(inferred.kinds.get(name, {}))
     lengths = {int(n) for n, c in inferred.lengths.get(name, {}).items() if c}
     values = sum(inferred.lengths.get(name, {}).values())
@@ -127,8 +182,11 @@ class TFRecordSource:
     merge_inferred = staticmethod(merge_inferred)
     inferred_type = InferredExamples
 
-    def __init__(self, root: str, *, max_record_bytes: int = MAX_RECORD_BYTES) -> None:
+    def __init__(
+        self, root: str, *, max_record_bytes: int = MAX_RECORD_BYTES, unify_schemas: bool = False
+    ) -> None:
         self.max_record_bytes = max_record_bytes
+        self.unify_schemas = unify_schemas
         if not locate(os.fspath(root)).is_local:
             raise ShardfeedError(f"{root}: TFRecord sources are read from local paths")
         self._location, self._single = source_root(os.fspath(root), "TFRecord source")
@@ -172,7 +230,8 @@ class TFRecordSource:
                     images[name] = images.get(name, 0) + all(
                         v.startswith(_IMAGE_MAGIC) for v in values
                     )
-        return InferredExamples(records, kinds, lengths, text, images)
+        files = {name: {kind: [file] for kind in held} for name, held in kinds.items()}
+        return InferredExamples(records, kinds, lengths, text, images, files)
 
     def spec(self, inferred: Any | None = None) -> FeatureSpec:
         if not isinstance(inferred, InferredExamples):
@@ -184,7 +243,8 @@ class TFRecordSource:
             raise ShardfeedError(
                 f"TFRecord source {self.root}: no feature has a value in {inferred.records} records"
             )
-        return FeatureSpec(tuple(feature_for(n, inferred) for n in sorted(inferred.kinds)))
+        unify = self.unify_schemas
+        return FeatureSpec(tuple(feature_for(n, inferred, unify) for n in sorted(inferred.kinds)))
 
     # -- scan and read -------------------------------------------------------------------------
     def scan(self, file: str, spec: FeatureSpec) -> ScanResult:
@@ -211,6 +271,33 @@ class TFRecordSource:
             )
         return result
 
+    def scan_rows(self, file: str, spec: FeatureSpec) -> Iterator[RowsScan]:
+        """The good records of ``file`` converted to ``spec``, in parts of ``_BATCH_RECORDS``, with
+        the rejects (:class:`~shardfeed.formats.sources.base.SpoolingSource`): a gzip file is
+        inflated and every record decoded once, however many shards its records go to."""
+        convert = _Converter(spec)
+        rejects: list[RejectRecord] = []
+        positions: list[int] = []
+        payload: list[int] = []
+        hashes: list[str] = []
+        rows: list[list[Any]] = []
+        for position, (_, data, example) in enumerate(self._examples(file, rejects)):
+            if example is not None:
+                try:
+                    values, size = convert(example)
+                except RejectError as err:
+                    rejects.append(RejectRecord.from_error(file, f"record:{position}", err))
+                else:
+                    positions.append(position)
+                    payload.append(size)
+                    hashes.append(content_digest(data))
+                    rows.append(values)
+            if len(rows) >= _BATCH_RECORDS:
+                yield _rows_scan(positions, payload, hashes, rows, rejects, spec)
+                positions, payload, hashes, rows, rejects = [], [], [], [], []
+        if rows or rejects:
+            yield _rows_scan(positions, payload, hashes, rows, rejects, spec)
+
     def read(self, refs: Sequence[UnitRef], spec: FeatureSpec) -> pa.Table:
         convert = _Converter(spec)
         rows: list[list[Any] | None] = [None] * len(refs)
@@ -229,12 +316,7 @@ class TFRecordSource:
         if any(r is None for r in rows):
             missing = refs[rows.index(None)]
             raise ShardfeedError(f"{missing.file} record {missing.position} is gone since scan")
-        columns = list(zip(*rows, strict=True)) if rows else [[] for _ in spec.stored]
-        arrays = {
-            f.name: pa.array(list(col), f.arrow_type)
-            for f, col in zip(spec.stored, columns, strict=True)
-        }
-        return conform(pa.table(arrays), spec)
+        return _rows_table(rows, spec)
 
     # -- internals -----------------------------------------------------------------------------
     def _path(self, file: str) -> str:
@@ -299,6 +381,34 @@ class TFRecordSource:
                     return
 
 
+def _rows_table(rows: Sequence[Sequence[Any]], spec: FeatureSpec) -> pa.Table:
+    """Converted rows (one value per stored feature) as a table in ``spec``'s schema."""
+    columns = list(zip(*rows, strict=True)) if rows else [[] for _ in spec.stored]
+    arrays = {
+        f.name: pa.array(list(col), f.arrow_type)
+        for f, col in zip(spec.stored, columns, strict=True)
+    }
+    return conform(pa.table(arrays), spec)
+
+
+def _rows_scan(
+    positions: list[int],
+    payload: list[int],
+    hashes: list[str],
+    rows: list[list[Any]],
+    rejects: list[RejectRecord],
+    spec: FeatureSpec,
+) -> RowsScan:
+    return RowsScan(
+        np.array(positions, np.int64),
+        np.ones(len(positions), np.int64),
+        np.array(payload, np.int64),
+        hashes,
+        _rows_table(rows, spec),
+        rejects,
+    )
+
+
 def is_tfrecord_name(name: str) -> bool:
     return "tfrecord" in name.lower() and not name.startswith(".")
 
@@ -326,6 +436,15 @@ def _value(f: Feature, kind: str, values: Any) -> tuple[Any, int]:
     encoding = f.extra.get("encoding")
     if f.is_numeric:
         want = "float" if f.dtype.startswith("float") else "int64"
+        if kind == "int64" and f.extra.get("unified"):  # --unify-schemas: exact integers only
+            ints = np.asarray(values, dtype=np.int64)
+            if ints.size and (int(ints.max()) > 2**53 or int(ints.min()) < -(2**53)):
+                raise RejectError(
+                    "field_type",
+                    f"feature {f.name!r} holds an integer beyond 2**53, which float64 cannot "
+                    "hold exactly",
+                )
+            kind = want
         if kind != want:
             raise RejectError(
                 "field_type", f"feature {f.name!r} holds {kind}, the schema has {want}"
@@ -338,12 +457,14 @@ def _value(f: Feature, kind: str, values: Any) -> tuple[Any, int]:
         array = np.asarray(values).astype(f.dtype)
         return (array if f.is_tensor else array[0].item()), array.nbytes
     if encoding == "json":
-        if kind != f.extra.get("example_kind", kind):
+        if kind != f.extra.get("example_kind", kind) and f.extra.get("example_kind") != "number":
             raise RejectError(
                 "field_type",
                 f"feature {f.name!r} holds {kind}, the schema has {f.extra['example_kind']}",
             )
         if kind == "bytes":
+            if f.extra.get("example_kind") == "number":
+                raise RejectError("field_type", f"feature {f.name!r} holds bytes, not numbers")
             items = [v.decode("utf-8", "backslashreplace") for v in values]
         else:
             items = [_json_number(v) for v in np.asarray(values).tolist()]

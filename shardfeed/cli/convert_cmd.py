@@ -97,8 +97,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--unify-schemas",
         action="store_true",
-        help="Parquet: convert files whose schema differs by a lossless promotion (int32->int64, "
-        "float32->float64, int->float64, a missing column -> nulls) instead of rejecting them",
+        help="Parquet and TFRecord: convert files whose schema differs by a lossless promotion "
+        "(int32->int64, float32->float64, int->float64, a missing column -> nulls) instead of "
+        "rejecting them (Parquet) or stopping with the feature's name (TFRecord)",
     )
     parser.add_argument(
         "--dedup",

@@ -47,9 +47,9 @@ from shardfeed.planning.shard_plan import (
     ContiguousPlan,
     ShardPlan,
     hot_bucket,
+    plan_bucket_arrays,
     plan_classes,
     plan_contiguous,
-    plan_shards,
     totals_from_arrays,
 )
 from shardfeed.schemas.errors import ShardfeedError
@@ -119,7 +119,7 @@ def plan_files(
         plan, hot.shards = plan_classes(*hot.split(totals), settings.target_shard_bytes)
         save_hot_positions(work, hot.positions)
     elif settings.shuffled:
-        plan = plan_shards(read_bucket_totals(work, files), settings.target_shard_bytes)
+        plan = plan_bucket_arrays(*read_bucket_arrays(work, files), settings.target_shard_bytes)
     else:
         plan = plan_contiguous(
             [(f, _file_bytes(work, f)) for f in files],
@@ -272,8 +272,7 @@ def _load_plan(work: str, shuffled_stamp: int | None) -> Plan:
 def _save_plan(work: str, plan: Plan) -> None:
     if isinstance(plan, ShardPlan):
         buffer = io.BytesIO()
-        buckets = np.fromiter(plan.shard_of.keys(), dtype=np.uint64, count=len(plan.shard_of))
-        shards = np.fromiter(plan.shard_of.values(), dtype=np.int64, count=len(plan.shard_of))
+        buckets, shards = plan.bucket_arrays
         np.savez(
             buffer,
             buckets=buckets,
@@ -296,10 +295,18 @@ def _save_plan(work: str, plan: Plan) -> None:
 
 
 def read_bucket_totals(work: str, files: Sequence[str]) -> list[BucketTotal]:
-    """Merge every file's bucket totals one file at a time into dense per-bucket arrays (plus a
-    dict for oversized units' own buckets): memory is bounded by the bucket count."""
+    """Every bucket's totals over ``files`` (see :func:`read_bucket_arrays`), as objects."""
+    return totals_from_arrays(*read_bucket_arrays(work, files))
+
+
+def read_bucket_arrays(
+    work: str, files: Sequence[str]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(buckets, units, rows, bytes) over ``files``: fine buckets are merged one file at a time
+    into dense per-bucket arrays, so memory is bounded by the bucket count; oversized units'
+    own buckets (one unit each) are appended as they are."""
     dense = np.zeros((3, FINE_BUCKETS), dtype=np.int64)  # units, rows, bytes
-    big: dict[int, BucketTotal] = {}
+    big: list[np.ndarray] = []
     for file in files:
         table = read_totals(_part(work, "totals", file))
         buckets = table.column("bucket").to_numpy()
@@ -307,11 +314,12 @@ def read_bucket_totals(work: str, files: Sequence[str]) -> list[BucketTotal]:
         small = buckets < FINE_BUCKETS
         for k in range(3):
             np.add.at(dense[k], buckets[small].astype(np.int64), values[k][small])
-        for b, u, r, n in zip(buckets[~small].tolist(), *values[:, ~small].tolist(), strict=True):
-            total = BucketTotal(b, u, r, n)
-            big[b] = big[b] + total if b in big else total
+        if not small.all():
+            big.append(np.vstack([buckets[~small].astype(np.int64), values[:, ~small]]))
     used = np.flatnonzero(dense[0])
-    return [*totals_from_arrays(used, *(row[used] for row in dense)), *big.values()]
+    fine = np.vstack([used, dense[:, used]])
+    both = np.hstack([fine, *big]) if big else fine
+    return both[0].astype(np.uint64), both[1], both[2], both[3]
 
 
 def collect_rejects(work: str) -> tuple[list[str], dict[str, int]]:

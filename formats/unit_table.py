@@ -115,17 +115,19 @@ def locator_texts(locators: Sequence[Sequence]) -> list[str]:
     return [json.dumps(list(locator), separators=(",", ":")) for locator in locators]
 
 
-def row_locators(starts: np.ndarray) -> pa.Array:
-    """Locators ``[start]`` (a unit's first row in its file's spool) as JSON texts, vectorised."""
+def row_locators(piece: int, starts: np.ndarray) -> pa.Array:
+    """Locators ``[piece, start]`` (a unit's spool, by the piece of its file that was scanned,
+    and its first row there) as JSON texts, vectorised."""
     text = pa.array(np.asarray(starts, dtype=np.int64)).cast(pa.string())
-    return pc.binary_join_element_wise("[", text, "]", "")
+    return pc.binary_join_element_wise(f"[{int(piece)},", text, "]", "")
 
 
-def spool_starts(table: pa.Table) -> np.ndarray:
-    """The first spool rows of units whose locators ``row_locators`` wrote."""
-    texts = table.column("locator")
-    inner = pc.utf8_slice_codeunits(texts, 1, -1)
-    return pc.cast(inner, pa.int64()).to_numpy()
+def spool_starts(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """(pieces, first rows) of units whose locators ``row_locators`` wrote."""
+    inner = pc.utf8_slice_codeunits(table.column("locator"), 1, -1)
+    parts = pc.split_pattern(inner, ",", max_splits=1).combine_chunks()
+    flat = pc.cast(parts.flatten(), pa.int64()).to_numpy().reshape(-1, 2)
+    return flat[:, 0], flat[:, 1]
 
 
 def unit_refs(table: pa.Table) -> list[UnitRef]:

@@ -30,7 +30,13 @@ from apache_beam.typehints.decorators import no_annotations
 from shardfeed.formats.atomic import atomic_write_bytes
 from shardfeed.formats.publish import DatasetOptions, ShardOutcome, add_videos, build_shard
 from shardfeed.formats.shard_writer import SHARD_WRITER_VERSION
-from shardfeed.formats.sources.base import SourceReader, SpoolingSource, UnitRef
+from shardfeed.formats.sources.base import (
+    RowsScan,
+    SourceReader,
+    SplittableSource,
+    SpoolingSource,
+    UnitRef,
+)
 from shardfeed.formats.spool import (
     SPOOL_SUFFIX,
     SpoolWriter,
@@ -54,7 +60,13 @@ from shardfeed.formats.unit_table import (
 )
 from shardfeed.pipelines.dedup import DropDuplicates
 from shardfeed.pipelines.plan_stage import Plan, PlanSettings, hot_positions, load_plan, plan_files
-from shardfeed.pipelines.spec_stage import decide_spec, load_spec, save_inferred
+from shardfeed.pipelines.spec_stage import (
+    PieceTuple,
+    decide_spec,
+    load_spec,
+    piece_name,
+    save_inferred,
+)
 from shardfeed.pipelines.stats_combine import MergeShardStats, StatsState, save_merged_stats
 from shardfeed.planning.shard_plan import ContiguousPlan, ShardPlan, buckets_of, hot_buckets
 from shardfeed.schemas.errors import ShardfeedError
@@ -63,6 +75,7 @@ from shardfeed.schemas.manifest import canonical_json
 from shardfeed.schemas.rejects import RejectRecord
 from shardfeed.transforms.hashing import shuffle_keys
 
+DEFAULT_PIECE_BYTES = 256 << 20  # a scan task's input: a few seconds of work, bounded memory
 WORK_DIR = ".shardfeed-work"  # under DST while a run is in flight; removed after publishing
 PREVIOUS = "previous-shards"  # sidecars of an interrupted run, under WORK_DIR, checked for reuse
 
@@ -75,6 +88,8 @@ class GraphConfig:
     #: one named split of ``convert --split``: its work dir is ``WORK_DIR/split-NAME``, and its
     #: shards, rows and episodes are numbered on from the previous splits'
     split: str | None = None
+    #: input bytes per scan task: a larger JSONL or Parquet file is scanned as several pieces
+    piece_bytes: int = DEFAULT_PIECE_BYTES
     shard_offset: int = 0
     row_offset: int = 0
     unit_offset: int = 0
@@ -97,11 +112,18 @@ class GraphConfig:
 
 
 @no_annotations  # a SourceReader is a Protocol, which Beam 2.78's type check cannot compare
-def infer_file(file: str, source: SourceReader, config: GraphConfig) -> str:
-    """source file -> the same file, once its schema-inference part is saved (sources whose
-    schema comes from the data)."""
+def infer_file(file: str | PieceTuple, source: SourceReader, config: GraphConfig) -> str:
+    """source file (or piece of one) -> the same, once its schema-inference part is saved
+    (sources whose schema comes from the data)."""
     save_inferred(source, config.work, file)
     return file
+
+
+@no_annotations  # a SourceReader is a Protocol, which Beam 2.78's type check cannot compare
+def pieces_of(file: str, source: SplittableSource, piece_bytes: int) -> list[PieceTuple]:
+    """source file -> its pieces (file, index, start, stop, first position still unknown)."""
+    ranges = source.pieces(file, piece_bytes)
+    return [(file, index, start, stop, -1) for index, (start, stop) in enumerate(ranges)]
 
 
 @no_annotations  # a SourceReader is a Protocol, which Beam 2.78's type check cannot compare
@@ -115,23 +137,78 @@ def scan_file(
     None: the features the graph decided (``spec_stage``)."""
     spec = spec or load_spec(config.work)
     if isinstance(source, SpoolingSource):
-        columns, rejects = _scan_spooled(file, source, spec, config)
+        columns, rejects = _scan_spooled(file, 0, source.scan_rows(file, spec), spec, config)
     else:
         result = source.scan(file, spec)
         columns, rejects = _ref_columns(file, result.units), result.rejects
+    _save_scan(file, file, columns, rejects, config)
+    beam.metrics.Metrics.counter("shardfeed", "files").inc()
+    return file
+
+
+@no_annotations  # a SourceReader is a Protocol, which Beam 2.78's type check cannot compare
+def scan_piece(
+    piece: PieceTuple, source: SplittableSource, spec: FeatureSpec | None, config: GraphConfig
+) -> tuple[str, int]:
+    """One piece of a file -> (file, piece index), once the piece's unit table, totals, rejects
+    and spool are written under its own part name; ``merge_pieces`` joins them per file."""
+    file, index, start, stop, first = piece
+    spec = spec or load_spec(config.work)
+    rows = source.scan_piece(file, spec, start, stop, first)
+    columns, rejects = _scan_spooled(file, index, rows, spec, config)
+    whole = (start, stop) == (0, -1)  # the file's only piece: no joining needed
+    _save_scan(file if whole else piece_name(file, index), file, columns, rejects, config)
+    return file, index
+
+
+def merge_pieces(item: tuple[str, Iterable[int]], config: GraphConfig) -> str:
+    """(file, its piece indices) -> ``file``, once the pieces' unit tables, totals and rejects
+    are joined into the file's own (positions are the file's, so the result is what one task
+    scanning the whole file writes); the pieces' spools stay where the writers find them."""
+    file, indices = item
+    indices = sorted(indices)
+    if indices == [0]:  # a file scanned whole wrote its own parts
+        beam.metrics.Metrics.counter("shardfeed", "files").inc()
+        return file
+    names = [piece_name(file, index) for index in indices]
+    tables = [read_unit_table(config.part("units", name, UNIT_SUFFIX)) for name in names]
+    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    write_unit_table(config.part("units", file, UNIT_SUFFIX), table)
+    write_totals(config.part("totals", file, UNIT_SUFFIX), table)
+    rejects = []
+    for name in names:
+        path = config.part("rejects", name, ".jsonl")
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as handle:
+                rejects.extend(RejectRecord.from_json(json.loads(line)) for line in handle)
+            os.unlink(path)
+        for kind in ("units", "totals"):
+            os.unlink(config.part(kind, name, UNIT_SUFFIX))
+    _save_rejects(file, rejects, config)
+    beam.metrics.Metrics.counter("shardfeed", "files").inc()
+    return file
+
+
+def _save_scan(
+    name: str, file: str, columns: UnitArrays, rejects: list[RejectRecord], config: GraphConfig
+) -> None:
+    """Write a scan's unit table, bucket totals and rejects under part name ``name`` (the
+    file's, or a piece's); keys and buckets are computed with array operations, not per unit."""
     positions, rows, payload, hashes, locators = columns
     keys = shuffle_keys(config.seed, hashes, file, positions)
     buckets = buckets_of(keys, payload, config.options.target_shard_bytes)
     table = unit_table(file, positions, rows, payload, hashes, locators, keys, buckets)
-    write_unit_table(config.part("units", file, UNIT_SUFFIX), table)
-    write_totals(config.part("totals", file, UNIT_SUFFIX), table)
+    write_unit_table(config.part("units", name, UNIT_SUFFIX), table)
+    write_totals(config.part("totals", name, UNIT_SUFFIX), table)
+    _save_rejects(name, rejects, config)
+    beam.metrics.Metrics.counter("shardfeed", "units").inc(table.num_rows)
+
+
+def _save_rejects(name: str, rejects: list[RejectRecord], config: GraphConfig) -> None:
     if rejects:
         ordered = sorted(rejects, key=lambda r: (_position_key(r.position), r.reason, r.message))
         body = "".join(r.dumps() + "\n" for r in ordered).encode()
-        atomic_write_bytes(config.part("rejects", file, ".jsonl"), body)
-    beam.metrics.Metrics.counter("shardfeed", "files").inc()
-    beam.metrics.Metrics.counter("shardfeed", "units").inc(table.num_rows)
-    return file
+        atomic_write_bytes(config.part("rejects", name, ".jsonl"), body)
 
 
 #: One file's units as arrays: positions, rows, payload bytes, content hashes, locator texts.
@@ -153,13 +230,14 @@ def _ref_columns(file: str, refs: Sequence[UnitRef]) -> UnitArrays:
 
 
 def _scan_spooled(
-    file: str, source: SpoolingSource, spec: FeatureSpec, config: GraphConfig
+    file: str, index: int, parts: Iterable[RowsScan], spec: FeatureSpec, config: GraphConfig
 ) -> tuple[UnitArrays, list[RejectRecord]]:
-    """Scan ``file`` part by part, appending its rows to its spool; each unit's locator is its
-    first row there."""
+    """Append the rows of piece ``index`` of ``file`` (0: the whole file), part by part, to the
+    piece's spool; each unit's locator is ``[index, its first row there]``."""
     positions, rows, payload, starts, hashes, rejects = [], [], [], [], [], []
-    with SpoolWriter(config.part("spool", file, SPOOL_SUFFIX), spec.arrow_schema()) as spool:
-        for part in source.scan_rows(file, spec):
+    path = config.part("spool", piece_name(file, index), SPOOL_SUFFIX)
+    with SpoolWriter(path, spec.arrow_schema()) as spool:
+        for part in parts:
             starts.append(spool.rows + np.cumsum(part.rows) - part.rows)
             spool.write(part.table)
             positions.append(part.positions)
@@ -169,26 +247,29 @@ def _scan_spooled(
             rejects.extend(part.rejects)
     joined = [np.concatenate(c) if c else np.zeros(0, np.int64) for c in (positions, rows, payload)]
     first = np.concatenate(starts) if starts else np.zeros(0, np.int64)
-    return (*joined, hashes, row_locators(first)), rejects
+    return (*joined, hashes, row_locators(index, first)), rejects
 
 
 def read_spooled(units: pa.Table, spec: FeatureSpec, config: GraphConfig) -> pa.Table:
-    """The rows of ``units`` (a unit table, in output order) from their files' spools, with one
+    """The rows of ``units`` (a unit table, in output order) from their pieces' spools, with one
     take over the memory-mapped spools."""
     schema = spec.arrow_schema()
     files = pc.dictionary_encode(units.column("file")).combine_chunks()
     names = files.dictionary.to_pylist()
     counts = units.column("rows").to_numpy()
-    starts = spool_starts(units)
-    offset = np.zeros(len(names), np.int64)  # each file's first row in the joined spools
+    pieces, starts = spool_starts(units)
+    codes = files.indices.to_numpy().astype(np.int64)
+    width = int(pieces.max()) + 1
+    spools, which = np.unique(codes * width + pieces, return_inverse=True)  # (file, piece)
     with contextlib.ExitStack() as stack:
         tables = []
-        for i, name in enumerate(names):
-            spool = open_spool(stack, config.part("spool", name, SPOOL_SUFFIX), schema)
-            offset[i] = sum(t.num_rows for t in tables)
-            tables.append(spool)
+        for key in spools.tolist():
+            path = config.part("spool", piece_name(names[key // width], key % width), SPOOL_SUFFIX)
+            tables.append(open_spool(stack, path, schema))
         joined = pa.concat_tables(tables) if tables else schema.empty_table()
-        where = unit_rows(offset[files.indices.to_numpy()] + starts, counts)
+        sizes = np.array([t.num_rows for t in tables], np.int64)
+        offsets = np.cumsum(sizes) - sizes  # each spool's first row in the joined spools
+        where = unit_rows(offsets[which] + starts, counts)
         return take_in_order(joined, where)  # copies: nothing outlives the maps
 
 
@@ -443,8 +524,9 @@ class WriteShards(beam.PTransform):
 
 
 class DecideSpec(beam.PTransform):
-    """file paths -> the same paths, once every file's inference part is merged into the features
-    (``spec_stage``); none when the source refuses the schema."""
+    """file paths (or pieces) -> the same paths (or the pieces with their first positions), once
+    every inference part is merged into the features (``spec_stage``); none when the source
+    refuses the schema."""
 
     def __init__(self, source: SourceReader, config: GraphConfig) -> None:
         super().__init__()
@@ -461,11 +543,30 @@ class DecideSpec(beam.PTransform):
         )
 
 
+class ScanPieces(beam.PTransform):
+    """numbered pieces -> their files, once every piece is scanned and each file's pieces are
+    joined into the file's unit table, totals and rejects."""
+
+    def __init__(self, source: SourceReader, spec: FeatureSpec | None, config: GraphConfig) -> None:
+        super().__init__()
+        self.source, self.spec, self.config = source, spec, config
+
+    def expand(self, pieces: beam.PCollection) -> beam.PCollection:
+        return (
+            pieces
+            | "Spread" >> beam.Reshuffle()
+            | "Scan" >> beam.Map(scan_piece, self.source, self.spec, self.config)
+            | "ByFile" >> beam.GroupByKey()  # (file, [piece index, ...])
+            | "Join" >> beam.Map(merge_pieces, self.config)
+        )
+
+
 class ConvertFiles(beam.PTransform):
     """source file paths -> the merged stats, saved: scan, plan, write and summarise, one pipeline.
 
     ``spec`` None: a data-typed source's features are inferred first, in the same pipeline
-    (``DecideSpec``), and loaded from the work dir by the steps that need them."""
+    (``DecideSpec``), and loaded from the work dir by the steps that need them; a splittable
+    source's large files are then scanned in pieces of ``config.piece_bytes``."""
 
     def __init__(
         self,
@@ -478,9 +579,20 @@ class ConvertFiles(beam.PTransform):
         self.source, self.spec, self.config, self.settings = source, spec, config, settings
 
     def expand(self, files: beam.PCollection) -> beam.PCollection:
-        if self.spec is None:
-            files = files | "DecideSpec" >> DecideSpec(self.source, self.config)
-        scanned = files | "ScanFiles" >> ScanFiles(self.source, self.spec, self.config)
+        source, config = self.source, self.config
+        if self.spec is None and isinstance(source, SplittableSource):
+            # a large file is several tasks; the pieces learn their first positions from the
+            # schema step, which counts them while inferring
+            scanned = (
+                files
+                | "Pieces" >> beam.FlatMap(pieces_of, source, config.piece_bytes)
+                | "DecideSpec" >> DecideSpec(source, config)
+                | "ScanPieces" >> ScanPieces(source, None, config)
+            )
+        else:
+            if self.spec is None:
+                files = files | "DecideSpec" >> DecideSpec(source, config)
+            scanned = files | "ScanFiles" >> ScanFiles(source, self.spec, config)
         if self.settings.dedup:  # the same paths, once later exact copies are out of the tables
             scanned = scanned | "DropDuplicates" >> DropDuplicates(self.source, self.config)
         return (
@@ -493,8 +605,9 @@ class ConvertFiles(beam.PTransform):
         )
 
 
-def _under_one_key(file: str) -> tuple[int, str]:
-    return 0, file
+def _under_one_key(item: Any) -> tuple[int, Any]:
+    """Any element (a file, a piece) under key 0, so one GroupByKey gathers them all."""
+    return 0, item
 
 
 def _position_key(position: str) -> tuple[str, int, str]:

@@ -29,6 +29,7 @@ from shardfeed.formats.shard_writer import DEFAULT_ROW_GROUP_BYTES
 from shardfeed.formats.sources import SourceReader, detect_kind, open_source
 from shardfeed.formats.sources.base import DatasetMeta
 from shardfeed.pipelines.convert import (
+    DEFAULT_PIECE_BYTES,
     PREVIOUS,
     WORK_DIR,
     ConvertFiles,
@@ -78,6 +79,7 @@ class ConvertConfig:
     kind: str | None = None
     target_shard_bytes: int = 100 * 10**6
     row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES
+    task_bytes: int = DEFAULT_PIECE_BYTES  # input bytes per scan task (large files are cut)
     encoding: str = "parquet"  # shard encoding: parquet (LeRobot v3.0), tfrecord[-gzip]
     shuffle_seed: int | None = 0  # None keeps the source order (--no-shuffle)
     validate: str = "full"
@@ -102,8 +104,8 @@ class ConvertConfig:
         encoded images get the image policy."""
         media = {"media_hook": self.image_policy()} if kind in _MEDIA_KINDS else {}
         for option in self.source_options:
-            kinds = _OPTION_KINDS.get(option, ())
-            if kind not in kinds:
+            kinds = _OPTION_KINDS.get(option)  # other options are the caller's own to check
+            if kinds is not None and kind not in kinds:
                 flag = "--" + option.replace("_", "-")
                 raise ShardfeedError(
                     f"{flag} applies to {' and '.join(kinds)} sources; this source is {kind}"
@@ -217,7 +219,9 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
         _mark_interrupted(dst)
     stores.prepare(config.overwrite, takeover)
     options = config.dataset_options(meta, kind, source_name(config.src))
-    graph = GraphConfig(dst=dst, seed=config.shuffle_seed or 0, options=options)
+    graph = GraphConfig(
+        dst=dst, seed=config.shuffle_seed or 0, options=options, piece_bytes=config.task_bytes
+    )
     if takeover:
         _keep_finished_shards(dst, graph.work)
     else:

@@ -34,38 +34,77 @@ SPEC = "spec.json"
 SPEC_ERROR = "spec-error.json"
 
 
-def infer_part_path(work: str, file: str) -> str:
-    """Where ``file``'s inference part is saved."""
-    return work_part(work, "infer", file, ".json")
+#: one piece of a file as it travels between stages: (file, index, start, stop, first position)
+PieceTuple = tuple[str, int, int, int, int]
 
 
-def save_inferred(source: SourceReader, work: str, file: str) -> None:
-    """Infer ``file``'s part of the schema and save it as JSON (never pickled)."""
-    part = dataclasses.asdict(source.infer(file))
+def piece_name(file: str, index: int) -> str:
+    """The name a piece's work parts are filed under (NUL never occurs in a path)."""
+    return f"{file}\0{index}"
+
+
+def part_name(name: str | PieceTuple) -> str:
+    """A file's or a piece's work-part name."""
+    return name if isinstance(name, str) else piece_name(name[0], name[1])
+
+
+def infer_part_path(work: str, name: str | PieceTuple) -> str:
+    """Where a file's or a piece's inference part is saved."""
+    return work_part(work, "infer", part_name(name), ".json")
+
+
+def save_inferred(source: SourceReader, work: str, name: str | PieceTuple) -> None:
+    """Infer a file's (or a piece's) part of the schema and save it as JSON (never pickled),
+    with the piece's span of positions."""
+    if isinstance(name, str):
+        inferred, span = source.infer(name), 0
+    else:
+        inferred, span = source.infer_piece(name[0], name[2], name[3])
+    part = {"inferred": dataclasses.asdict(inferred), "span": span}
     payload = json.dumps(part, sort_keys=True).encode()
-    atomic_write_bytes(infer_part_path(work, file), payload, durable=False)  # a re-run redoes it
+    atomic_write_bytes(infer_part_path(work, name), payload, durable=False)  # a re-run redoes it
 
 
-def merge_inferred(source: SourceReader, work: str, files: Iterable[str]) -> Any:
-    """Merge the saved parts in file order (the merge is associative and commutative)."""
+def _read_part(work: str, name: str | PieceTuple) -> dict[str, Any]:
+    with open(infer_part_path(work, name), encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def merge_inferred(source: SourceReader, work: str, names: Iterable[str | PieceTuple]) -> Any:
+    """Merge the saved parts in order (the merge is associative and commutative)."""
     merged = None
-    for file in files:
-        with open(infer_part_path(work, file), encoding="utf-8") as handle:
-            part = source.inferred_type(**json.load(handle))
+    for name in names:
+        part = source.inferred_type(**_read_part(work, name)["inferred"])
         merged = part if merged is None else type(source).merge_inferred(merged, part)
     return merged
 
 
+def number_pieces(
+    pieces: Iterable[PieceTuple], spans: Iterable[int], first: int
+) -> list[PieceTuple]:
+    """Each piece with its first position: a file's first piece starts at ``first``, each later
+    piece where the one before it ends (pieces sorted by file, then index)."""
+    out: list[PieceTuple] = []
+    position, previous = first, None
+    for (file, index, start, stop, _), span in zip(pieces, spans, strict=True):
+        if file != previous:
+            position, previous = first, file
+        out.append((file, index, start, stop, position))
+        position += span
+    return out
+
+
 @no_annotations  # a SourceReader is a Protocol, which Beam 2.78's type check cannot compare
 def decide_spec(
-    item: tuple[Any, Iterable[str]], source: SourceReader, work: str, cost: str
-) -> Iterable[str]:
-    """(key, every inferred file) -> the files to scan, once ``spec.json`` is saved; none when
-    the source refuses the schema (``spec-error.json`` says why)."""
+    item: tuple[Any, Iterable[str | PieceTuple]], source: SourceReader, work: str, cost: str
+) -> Iterable[str | PieceTuple]:
+    """(key, every inferred file or piece) -> the files, or the pieces with their first
+    positions, to scan, once ``spec.json`` is saved; none when the source refuses the schema
+    (``spec-error.json`` says why)."""
     started = time.time()
-    files = sorted(item[1])
+    names = sorted(item[1])
     try:
-        spec = source.spec(merge_inferred(source, work, files))
+        spec = source.spec(merge_inferred(source, work, names))
         resolve_cost_kind(spec, cost)
     except ShardfeedError as err:
         body = json.dumps({"error": str(err)}).encode()
@@ -73,7 +112,10 @@ def decide_spec(
         return []
     state = {"features": spec.to_json(), "started": started, "finished": time.time()}
     atomic_write_bytes(os.path.join(work, SPEC), json.dumps(state).encode(), durable=False)
-    return files
+    if names and not isinstance(names[0], str):  # pieces: their first positions
+        spans = [_read_part(work, name)["span"] for name in names]
+        return number_pieces(names, spans, source.first_position)
+    return names
 
 
 def load_spec(work: str) -> FeatureSpec:

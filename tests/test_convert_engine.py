@@ -9,6 +9,7 @@ with their one-at-a-time definitions.
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 from pathlib import Path
 
@@ -162,3 +163,91 @@ def test_array_bucket_helpers_match_their_scalar_definitions():
     assert plan.shards_of(buckets).tolist() == [plan.shard_of[int(b)] for b in buckets]
     with pytest.raises(KeyError, match="not in the plan"):
         plan.shards_of(np.array([12345678901], dtype=np.uint64))
+
+
+# --------------------------------------------------------------------------------------------------
+# A big file is not one task
+
+
+def test_line_ranges_tile_a_file_and_give_each_line_to_one_range(tmp_path):
+    from shardfeed.formats.sources.line_ranges import LineRangeReader, byte_ranges
+
+    rng = np.random.default_rng(5)
+    lines = [b"x" * int(n) for n in rng.integers(0, 40, 300)]
+    data = b"\n".join(lines)  # no newline at the end
+    path = tmp_path / "f.jsonl"
+    path.write_bytes(data)
+    for piece_bytes in (1, 7, 64, 1000, len(data), len(data) + 1):
+        got, counted = [], 0
+        with pa.OSFile(str(path)) as handle:
+            for start, stop in byte_ranges(len(data), piece_bytes):
+                reader = LineRangeReader(handle, start, stop)
+                chunk = reader.read()
+                got.append(chunk)
+                counted += reader.lines()
+        assert b"".join(got) == data, piece_bytes
+        assert counted == len(lines), piece_bytes
+
+
+def _big_jsonl(root: Path) -> Path:
+    root.mkdir()
+    docs = _documents(1500, seed=11)
+    lines = [json.dumps(d) for d in docs]
+    lines[100] = "{not json"  # a bad line
+    lines[700] = ""  # a blank line
+    lines[1200] = json.dumps({"id": 5})  # no text field
+    (root / "big.jsonl").write_text("\n".join(lines))  # no newline at the end
+    (root / "small.jsonl").write_text("\n".join(lines[:50]) + "\n")
+    return root
+
+
+@pytest.mark.parametrize("order", ["shuffled", "no-shuffle"])
+def test_a_large_jsonl_file_is_scanned_in_pieces_with_the_unsplit_output(
+    tmp_path, monkeypatch, order
+):
+    from shardfeed.formats.sources.jsonl import JsonlSource
+
+    src = _big_jsonl(tmp_path / "src")
+    args = ["--target-shard-size", "40KB", "--max-reject-fraction", "0.1"]
+    args += ["--no-shuffle"] if order == "no-shuffle" else []
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    assert main(["convert", str(src), str(whole), *args]) == 0
+    seen = []
+    scan_piece = JsonlSource.scan_piece
+
+    def spy(self, file, spec, start, stop, first):
+        seen.append((file, start, stop, first))
+        return scan_piece(self, file, spec, start, stop, first)
+
+    monkeypatch.setattr(JsonlSource, "scan_piece", spy)
+    assert main(["convert", str(src), str(cut), *args, "--task-size", "20KB"]) == 0
+    big = sorted(p for p in seen if p[0] == "big.jsonl")
+    assert len(big) >= 10  # the big file was many tasks
+    assert [p[3] for p in big][:1] == [1] and len({p[3] for p in big}) == len(big)
+    assert _tree(whole) == _tree(cut)
+    assert open_dataset(cut).manifest.rejects.total == 2  # the bad line and the textless one
+
+
+def test_a_parquet_file_of_many_row_groups_is_scanned_in_pieces(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    table = pa.Table.from_pylist(_documents(3000, seed=2))
+    pq.write_table(table, src / "big.parquet", row_group_size=100)
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    args = ["--target-shard-size", "60KB"]
+    assert main(["convert", str(src), str(whole), *args]) == 0
+    assert main(["convert", str(src), str(cut), *args, "--task-size", "30KB"]) == 0
+    assert _tree(whole) == _tree(cut)
+    assert len(open_dataset(cut)) == 3000
+
+
+def test_parquet_pieces_are_runs_of_whole_row_groups(tmp_path):
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.Table.from_pylist(_documents(1000)), path, row_group_size=100)
+    source = ParquetSource(str(path))
+    ranges = source.pieces("t.parquet", 1)
+    assert ranges[0][0] == 0 and ranges[-1][1] == -1 and len(ranges) == 10
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
+    assert source.pieces("t.parquet", 1 << 40) == [(0, -1)]
+    spans = [source.infer_piece("t.parquet", a, b)[1] for a, b in ranges]
+    assert spans == [100] * 10

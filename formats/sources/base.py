@@ -128,6 +128,29 @@ class SpoolingSource(Protocol):
         """The file's units in source order, part by part, with their rows in ``spec``'s schema."""
 
 
+@runtime_checkable
+class SplittableSource(Protocol):
+    """A spooling source that can scan one large file as several tasks ("pieces"): byte ranges
+    of lines for JSONL, runs of row groups for Parquet. A piece's units keep their positions in
+    the whole file, so the output is the same however the file is cut."""
+
+    #: the position of a file's first unit (JSONL: line 1; Parquet: row 0)
+    first_position: ClassVar[int]
+
+    def pieces(self, file: str, piece_bytes: int) -> list[tuple[int, int]]:
+        """``[start, stop)`` ranges (``stop`` -1: to the end) of about ``piece_bytes`` each, in
+        file order; ``[(0, -1)]`` for a file that is not cut."""
+
+    def infer_piece(self, file: str, start: int, stop: int) -> tuple[Any, int]:
+        """The piece's share of ``infer(file)`` (parts merge to the whole file's), and how many
+        positions the piece spans, so the next piece knows its first position."""
+
+    def scan_piece(
+        self, file: str, spec: FeatureSpec, start: int, stop: int, first: int
+    ) -> Iterator[RowsScan]:
+        """``scan_rows`` over the piece, whose first unit has position ``first``."""
+
+
 def unit_key(source: object, ref: UnitRef) -> str:
     """A unit's user-facing id, as ``shardfeed rejects`` would name it: ``SOURCE`` when the
     source file is the unit (an image), else ``SOURCE#POSITION`` (``part.jsonl#line:12``,

@@ -58,6 +58,7 @@ from shardfeed.formats.sources.jsonl_lines import (
     _sniff,
     _ZstdReader,
 )
+from shardfeed.formats.sources.line_ranges import LineRangeReader, byte_ranges
 from shardfeed.formats.sources.listing import list_files, source_root
 from shardfeed.schemas.errors import ShardfeedError, UnsafePathError
 from shardfeed.schemas.features import Feature, FeatureSpec
@@ -91,6 +92,10 @@ KIND_DTYPES = {
 JSON_EXTRA = {"encoding": "json"}
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
+#: a piece of a file: the lines starting in bytes ``[start, stop)`` (-1: to the end), the first
+#: of them line number ``first``; the whole file is ``WHOLE``
+Piece = tuple[int, int, int]
+WHOLE: Piece = (0, -1, 1)
 _COALESCE_GAP = 1 << 20  # plain files: merge line reads less than 1 MiB apart ...
 _COALESCE_SPAN = 16 << 20  # ... into reads of at most 16 MiB (unless one line is longer)
 
@@ -149,6 +154,7 @@ class JsonlSource:
     """
 
     kind: ClassVar[str] = "jsonl"
+    first_position: ClassVar[int] = 1  # a unit's position is its line number
     #: The combine function for ``infer`` results, reachable from the class (``type(src).merge_inferred``).
     merge_inferred = staticmethod(merge_inferred)
     #: The dataclass ``infer`` returns, rebuilt from its JSON form between pipeline stages.
@@ -212,17 +218,34 @@ class JsonlSource:
                 if stream is not handle:
                     stream.close()
 
-    def _blocks(self, file: str) -> Iterator[Block | _Line]:
-        """``file`` in blocks of whole lines (``jsonl_blocks.iter_blocks``), with its dropped
-        lines; a file that cannot be opened is one dropped line at position 0."""
+    def _blocks(self, file: str, piece: Piece = WHOLE) -> Iterator[Block | _Line]:
+        """``file`` (or the lines starting in one piece of it) in blocks of whole lines
+        (``jsonl_blocks.iter_blocks``), with its dropped lines; a file that cannot be opened is
+        one dropped line at position 0 (in its first piece only)."""
+        start, stop, first = piece
         try:
-            with self._open(file) as (_, stream, compression):
+            with self._open(file) as (handle, stream, compression):
                 bound = None if compression == "none" else self.max_expanded_bytes
-                yield from iter_blocks(stream, compression, self.max_line_bytes, bound)
+                if (start, stop) == (0, -1):
+                    yield from iter_blocks(stream, compression, self.max_line_bytes, bound)
+                    return
+                if compression != "none":
+                    raise ShardfeedError(f"{file}: a {compression} file cannot be read in pieces")
+                lines = LineRangeReader(handle, start, stop)
+                yield from iter_blocks(
+                    lines,
+                    compression,
+                    self.max_line_bytes,
+                    None,
+                    first_number=first,
+                    first_offset=lines.start,
+                )
         except UnsafePathError as err:
-            yield _Line(0, 0, b"", RejectError("path_escape", err.message))
+            if start == 0:
+                yield _Line(0, 0, b"", RejectError("path_escape", err.message))
         except OSError as err:
-            yield _Line(0, 0, b"", RejectError("io_error", f"cannot read the file: {err}"))
+            if start == 0:
+                yield _Line(0, 0, b"", RejectError("io_error", f"cannot read the file: {err}"))
 
     def _lines(self, file: str) -> Iterator[_Line]:
         """Every line of ``file``; a file that cannot be opened is one dropped line at position 0."""
@@ -244,6 +267,42 @@ class JsonlSource:
             if isinstance(item, Block):
                 count_kinds(item, counts)
         return InferredSchema(counts.records, counts.fields)
+
+    # -- pieces of a large file (``SplittableSource``) ----------------------------------------
+
+    def pieces(self, file: str, piece_bytes: int) -> list[tuple[int, int]]:
+        """Byte ranges of ``file`` for separate scan tasks (``line_ranges.byte_ranges``); a
+        compressed file is one piece, since a gzip or zstd stream is read from its start."""
+        try:
+            with self._location.open_input(file, "file") as handle:
+                size = handle.size()
+                if size <= piece_bytes or _sniff(handle.read_at(4, 0)) != "none":
+                    return [WHOLE[:2]]
+        except (OSError, UnsafePathError):
+            return [WHOLE[:2]]  # the scan reports it
+        return byte_ranges(size, piece_bytes)
+
+    def infer_piece(self, file: str, start: int, stop: int) -> tuple[InferredSchema, int]:
+        """``infer`` over the lines starting in ``[start, stop)``, and how many lines start
+        there (so later pieces know their first line number)."""
+        if (start, stop) == WHOLE[:2]:
+            return self.infer(file), 0
+        counts = KindCounts()
+        with self._location.open_input(file, "file") as handle:
+            lines = LineRangeReader(handle, start, stop)
+            for item in iter_blocks(lines, "none", self.max_line_bytes, None):
+                if isinstance(item, Block):
+                    count_kinds(item, counts)
+            return InferredSchema(counts.records, counts.fields), lines.lines()
+
+    def scan_piece(
+        self, file: str, spec: FeatureSpec, start: int, stop: int, first: int
+    ) -> Iterator[RowsScan]:
+        """``scan_rows`` over the lines starting in ``[start, stop)``, the first of them line
+        ``first`` of the file."""
+        for part in self._typed_blocks(file, spec, (start, stop, first)):
+            ones = np.ones(len(part.numbers), np.int64)
+            yield RowsScan(part.numbers, ones, part.payload, part.hashes, part.table, part.rejects)
 
     def spec(self, inferred: Any | None = None) -> FeatureSpec:
         """Columns from the merged :class:`InferredSchema`: the text field (string) first, then the
@@ -300,10 +359,12 @@ class JsonlSource:
             ones = np.ones(len(part.numbers), np.int64)
             yield RowsScan(part.numbers, ones, part.payload, part.hashes, part.table, part.rejects)
 
-    def _typed_blocks(self, file: str, spec: FeatureSpec) -> Iterator[BlockRows]:
+    def _typed_blocks(
+        self, file: str, spec: FeatureSpec, piece: Piece = WHOLE
+    ) -> Iterator[BlockRows]:
         """Each block's typed rows and rejects; a dropped line is a part with one reject."""
         typer = BlockTyper(spec, self.text_field, file)
-        for item in self._blocks(file):
+        for item in self._blocks(file, piece):
             if isinstance(item, Block):
                 yield typer.rows(item)
                 continue

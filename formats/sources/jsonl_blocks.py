@@ -69,6 +69,8 @@ def iter_blocks(
     max_expanded: int | None,
     block_bytes: int = BLOCK_BYTES,
     chunk_bytes: int = _CHUNK,
+    first_number: int = 1,
+    first_offset: int = 0,
 ) -> Iterator[Block | _Line]:
     """The lines of a decompressed stream as blocks of about ``block_bytes``, in stream order, with
     every dropped line (longer than ``max_line``, past ``max_expanded``, a broken stream) as the
@@ -76,10 +78,12 @@ def iter_blocks(
 
     It reads ``chunk_bytes`` at a time, as ``_iter_lines`` does, so a broken stream loses exactly
     the same lines; a line longer than ``max_line`` is dropped without being held whole.
+    ``first_number`` and ``first_offset`` are the line number and offset of the stream's first
+    byte in its file (a piece of a split file starts past line 1).
     """
     buf = bytearray()  # whole lines, then the line in progress
     complete = 0  # bytes of whole lines at the head of buf
-    number, start = 1, 0  # line number and stream offset of buf[0]
+    number, start = first_number, first_offset  # line number and file offset of buf[0]
     overlong = False  # the line in progress passed max_line; its bytes are being dropped
     consumed = 0
 
@@ -112,7 +116,7 @@ def iter_blocks(
         if overlong:
             nl = chunk.find(b"\n")
             if nl >= 0:
-                end = base + nl
+                end = first_offset + base + nl
                 yield _Line(number, start, b"", _too_long(end - start, max_line))
                 number, start, overlong = number + 1, end + 1, False
                 chunk = chunk[nl + 1 :]
@@ -138,7 +142,7 @@ def iter_blocks(
             return
     yield from flush()
     if overlong:
-        yield _Line(number, start, b"", _too_long(consumed - start, max_line))
+        yield _Line(number, start, b"", _too_long(first_offset + consumed - start, max_line))
     elif buf:
         yield Block(number, start, bytes(buf))
 

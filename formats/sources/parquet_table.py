@@ -900,6 +900,7 @@ class ParquetSource:
     """
 
     kind: ClassVar[str] = "parquet"
+    first_position: ClassVar[int] = 0  # a unit's position is its row offset
     #: The combine function for ``infer`` results, reachable from the class (``type(src).merge_inferred``).
     merge_inferred = staticmethod(merge_inferred)
     #: The dataclass ``infer`` returns, rebuilt from its JSON form between pipeline stages.
@@ -1069,19 +1070,67 @@ class ParquetSource:
                 group.positions, ones, group.payload, group.hashes, group.table, group.rejects
             )
 
-    def _scan_groups(self, file: str, spec: FeatureSpec) -> Iterator[_GroupScan]:
+    # -- pieces of a large file (``SplittableSource``) ----------------------------------------
+
+    def pieces(self, file: str, piece_bytes: int) -> list[tuple[int, int]]:
+        """Runs of whole row groups ``[first, stop)`` of about ``piece_bytes`` (uncompressed, by
+        the footer) for separate scan tasks; one piece ``(0, -1)`` when the file fits."""
+        try:
+            with self._open(file) as pf:
+                sizes = [pf.metadata.row_group(g).total_byte_size for g in range(pf.num_row_groups)]
+        except _FileProblem:
+            return [(0, -1)]  # the scan reports it
+        if sum(sizes) <= piece_bytes:
+            return [(0, -1)]
+        ranges, first, held = [], 0, 0
+        for group, size in enumerate(sizes):
+            held += size
+            if held >= piece_bytes and group + 1 < len(sizes):
+                ranges.append((first, group + 1))
+                first, held = group + 1, 0
+        return [*ranges, (first, -1)]
+
+    def infer_piece(self, file: str, start: int, stop: int) -> tuple[InferredParquet, int]:
+        """The file's inference in its first piece (the footer speaks for the whole file; the
+        other pieces add nothing) and the rows of the piece's row groups."""
+        inferred = self.infer(file) if start == 0 else InferredParquet()
+        try:
+            with self._open(file) as pf:
+                stop = pf.num_row_groups if stop < 0 else stop
+                rows = sum(pf.metadata.row_group(g).num_rows for g in range(start, stop))
+        except _FileProblem:
+            rows = 0
+        return inferred, rows
+
+    def scan_piece(
+        self, file: str, spec: FeatureSpec, start: int, stop: int, first: int
+    ) -> Iterator[RowsScan]:
+        """``scan_rows`` over row groups ``[start, stop)``, whose first row is row ``first``."""
+        for group in self._scan_groups(file, spec, (start, stop, first)):
+            ones = np.ones(len(group.positions), np.int64)
+            yield RowsScan(
+                group.positions, ones, group.payload, group.hashes, group.table, group.rejects
+            )
+
+    def _scan_groups(
+        self, file: str, spec: FeatureSpec, piece: tuple[int, int, int] = (0, -1, 0)
+    ) -> Iterator[_GroupScan]:
+        """Row groups ``[start, stop)`` (the piece; whole file by default) one by one, the
+        first at row ``first``; a file-level problem is reported by the first piece only."""
+        first_group, stop, start = piece
         schema = spec.arrow_schema()
         try:
             with self._open(file) as pf:
                 plan = self._check(file, pf, spec)
-                start = 0
-                for rg in range(pf.metadata.num_row_groups):
+                stop = pf.metadata.num_row_groups if stop < 0 else stop
+                for rg in range(first_group, stop):
                     count = pf.metadata.row_group(rg).num_rows
                     yield self._scan_group(file, pf, rg, start, count, plan, schema)
                     start += count
         except _FileProblem as problem:  # raised before any row group is read
-            reject = RejectRecord(file, "", problem.reason, problem.message)
-            yield _GroupScan.empty(-1, schema, [reject])
+            if first_group == 0:
+                reject = RejectRecord(file, "", problem.reason, problem.message)
+                yield _GroupScan.empty(-1, schema, [reject])
 
     def _scan_group(
         self,

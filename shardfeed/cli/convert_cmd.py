@@ -49,6 +49,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="payload bytes per shard, e.g. 100MB or 64MiB (default 100MB)",
     )
     parser.add_argument(
+        "--task-size",
+        default="256MiB",
+        type=parse_size,
+        help="input bytes per scan task: a larger uncompressed JSONL file is scanned as several "
+        "tasks (by lines), a larger Parquet file by runs of row groups; the output is the same "
+        "however files are cut (default 256MiB)",
+    )
+    parser.add_argument(
         "--format",
         dest="shard_format",
         choices=["lerobot-v3", "tfrecord"],
@@ -210,6 +218,8 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         source_options["text_field"] = args.text_field
     if args.unify_schemas:
         source_options["unify_schemas"] = True
+    if args.task_size < 1:
+        return fail("--task-size must be at least 1 byte", EXIT_USAGE)
     if args.shard_format != "tfrecord" and args.tfrecord_compression != "none":
         return fail("--tfrecord-compression needs --format tfrecord")
     config = ConvertConfig(
@@ -218,6 +228,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         kind=args.kind,
         target_shard_bytes=args.target_shard_size,
         row_group_bytes=args.row_group_size,
+        task_bytes=args.task_size,
         encoding=shard_encoding(args.shard_format, args.tfrecord_compression),
         shuffle_seed=None if args.no_shuffle else args.shuffle_seed,
         validate=args.validate,

@@ -30,6 +30,8 @@ UNIT_SCHEMA = pa.schema(
         ("locator", pa.string()),
         ("key", pa.uint64()),
         ("bucket", pa.uint64()),
+        # the unit's rows are in its file's spool (formats/spool.py), not read from the source
+        ("spooled", pa.bool_()),
     ]
 )
 TOTALS_SCHEMA = pa.schema(
@@ -85,9 +87,11 @@ def unit_table(
     locators: pa.Array | Sequence[str],
     keys: np.ndarray,
     buckets: np.ndarray,
+    spooled: bool,
 ) -> pa.Table:
     """One source file's units as a ``UNIT_SCHEMA`` table in source order (by position), built
-    from arrays: ``locators`` are JSON texts (``locator_texts``)."""
+    from arrays: ``locators`` are JSON texts (``locator_texts``, or ``row_locators`` for
+    ``spooled`` units)."""
     positions = np.asarray(positions, dtype=np.int64)
     order = np.argsort(positions, kind="stable")
     n = len(positions)
@@ -102,6 +106,7 @@ def unit_table(
             pa.array(locators, pa.string()) if not isinstance(locators, pa.Array) else locators,
             pa.array(np.asarray(keys, dtype=np.uint64)),
             pa.array(np.asarray(buckets, dtype=np.uint64)),
+            pa.array(np.full(n, spooled, dtype=bool)),
         ],
         schema=UNIT_SCHEMA,
     )

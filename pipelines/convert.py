@@ -136,12 +136,13 @@ def scan_file(
     Keys, buckets and the tables are computed with array operations, not per unit. ``spec``
     None: the features the graph decided (``spec_stage``)."""
     spec = spec or load_spec(config.work)
-    if isinstance(source, SpoolingSource):
+    spooled = spools(source, file)
+    if spooled:
         columns, rejects = _scan_spooled(file, 0, source.scan_rows(file, spec), spec, config)
     else:
         result = source.scan(file, spec)
         columns, rejects = _ref_columns(file, result.units), result.rejects
-    _save_scan(file, file, columns, rejects, config)
+    _save_scan(file, file, columns, rejects, spooled, config)
     beam.metrics.Metrics.counter("shardfeed", "files").inc()
     return file
 
@@ -157,7 +158,8 @@ def scan_piece(
     rows = source.scan_piece(file, spec, start, stop, first)
     columns, rejects = _scan_spooled(file, index, rows, spec, config)
     whole = (start, stop) == (0, -1)  # the file's only piece: no joining needed
-    _save_scan(file if whole else piece_name(file, index), file, columns, rejects, config)
+    name = file if whole else piece_name(file, index)
+    _save_scan(name, file, columns, rejects, True, config)
     return file, index
 
 
@@ -189,15 +191,29 @@ def merge_pieces(item: tuple[str, Iterable[int]], config: GraphConfig) -> str:
     return file
 
 
+def spools(source: SourceReader, file: str) -> bool:
+    """Whether ``file`` is scanned into a spool: a spooling source's files are, unless it says
+    otherwise for this one (``spools(file)``: WebDataset spools only its gzip shards)."""
+    if not isinstance(source, SpoolingSource):
+        return False
+    choose = getattr(source, "spools", None)
+    return choose is None or bool(choose(file))
+
+
 def _save_scan(
-    name: str, file: str, columns: UnitArrays, rejects: list[RejectRecord], config: GraphConfig
+    name: str,
+    file: str,
+    columns: UnitArrays,
+    rejects: list[RejectRecord],
+    spooled: bool,
+    config: GraphConfig,
 ) -> None:
     """Write a scan's unit table, bucket totals and rejects under part name ``name`` (the
     file's, or a piece's); keys and buckets are computed with array operations, not per unit."""
     positions, rows, payload, hashes, locators = columns
     keys = shuffle_keys(config.seed, hashes, file, positions)
     buckets = buckets_of(keys, payload, config.options.target_shard_bytes)
-    table = unit_table(file, positions, rows, payload, hashes, locators, keys, buckets)
+    table = unit_table(file, positions, rows, payload, hashes, locators, keys, buckets, spooled)
     write_unit_table(config.part("units", name, UNIT_SUFFIX), table)
     write_totals(config.part("totals", name, UNIT_SUFFIX), table)
     _save_rejects(name, rejects, config)
@@ -248,6 +264,34 @@ def _scan_spooled(
     joined = [np.concatenate(c) if c else np.zeros(0, np.int64) for c in (positions, rows, payload)]
     first = np.concatenate(starts) if starts else np.zeros(0, np.int64)
     return (*joined, hashes, row_locators(index, first)), rejects
+
+
+def read_units(
+    units: pa.Table,
+    spooled: np.ndarray,
+    refs: Sequence[UnitRef],
+    source: SourceReader,
+    spec: FeatureSpec,
+    config: GraphConfig,
+) -> pa.Table:
+    """The rows of a shard's units, in order: spooled units from their spools, the others from
+    the source (``refs`` are all the units), put back in unit order when both kinds are there."""
+    if spooled.all():
+        return read_spooled(units, spec, config)
+    if not spooled.any():
+        return source.read(refs, spec)
+    mine = np.flatnonzero(spooled)
+    others = np.flatnonzero(~spooled)
+    first = read_spooled(units.take(pa.array(mine)), spec, config)
+    second = source.read([refs[i] for i in others.tolist()], spec)
+    if second.schema != first.schema:
+        second = second.select(first.schema.names).cast(first.schema)
+    counts = units.column("rows").to_numpy()
+    starts = np.cumsum(counts) - counts  # each unit's first row in the shard
+    where = np.empty(int(counts.sum()), np.int64)  # shard row -> row of the joined tables
+    where[unit_rows(starts[mine], counts[mine])] = np.arange(first.num_rows)
+    where[unit_rows(starts[others], counts[others])] = first.num_rows + np.arange(second.num_rows)
+    return pa.concat_tables([first, second]).take(pa.array(where))
 
 
 def read_spooled(units: pa.Table, spec: FeatureSpec, config: GraphConfig) -> pa.Table:
@@ -322,7 +366,8 @@ def write_planned_shard(
     by = ["key", "file", "position"] if isinstance(plan, ShardPlan) else ["file", "position"]
     units = pa.concat_tables(groups)
     units = units.take(pc.sort_indices(units, [(name, "ascending") for name in by]))
-    needs_refs = not isinstance(source, SpoolingSource) or hasattr(source, "write_videos")
+    spooled = units.column("spooled").to_numpy(zero_copy_only=False)
+    needs_refs = not spooled.all() or hasattr(source, "write_videos")
     refs = unit_refs(units) if needs_refs else []
     sidecar = config.sidecar(number)
     inputs = shard_inputs_digest(local, units, refs, source, spec, plan, config)
@@ -331,10 +376,7 @@ def write_planned_shard(
         _write_sidecar(sidecar, inputs, reused)
         beam.metrics.Metrics.counter("shardfeed", "shards_reused").inc()
         return number, _stats_state(reused)
-    if isinstance(source, SpoolingSource):
-        table = read_spooled(units, spec, config)
-    else:
-        table = source.read(refs, spec)
+    table = read_units(units, spooled, refs, source, spec, config)
     unit_rows = units.column("rows").to_numpy()
     table = renumber(table, spec, unit_rows, row_start, unit_start)
     episodic = "episode_index" in spec

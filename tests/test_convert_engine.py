@@ -251,3 +251,38 @@ def test_parquet_pieces_are_runs_of_whole_row_groups(tmp_path):
     assert source.pieces("t.parquet", 1 << 40) == [(0, -1)]
     spans = [source.infer_piece("t.parquet", a, b)[1] for a, b in ranges]
     assert spans == [100] * 10
+
+
+def test_a_gzip_webdataset_shard_is_inflated_the_same_whatever_the_shard_count(
+    tmp_path, monkeypatch
+):
+    from test_source_webdataset import sample_members, write_tar
+
+    docs = _documents(600, seed=4)
+    members = [
+        m
+        for i, d in enumerate(docs)
+        for m in sample_members(f"{i:05d}", {"txt": d["text"], "cls": i % 7})
+    ]
+    src = tmp_path / "src"
+    write_tar(src / "a.tar.gz", members, gz=True)
+    write_tar(src / "b.tar", members[:200])  # a plain tar beside it is read by seeking
+    monkeypatch.setattr(gzip, "GzipFile", _CountingGzip)
+    inflated, trees = {}, {}
+    for shards, target in ((2, "150KB"), (30, "8KB")):
+        _CountingGzip.inflated = 0
+        dst = tmp_path / f"out-{shards}"
+        assert main(["convert", str(src), str(dst), "--target-shard-size", target]) == 0
+        ds = open_dataset(dst)
+        assert len(ds.shards) >= shards and len(ds) == 700
+        inflated[shards] = _CountingGzip.inflated
+        rows = ds.read(0, len(ds), columns=["__url__", "__key__", "txt"])
+        trees[shards] = sorted(zip(rows["__url__"], rows["__key__"], rows["txt"], strict=True))
+    # the schema pass and the scan each inflate the gzip shard once; the writers never do
+    size = len(gzip.decompress((src / "a.tar.gz").read_bytes()))
+    assert size <= inflated[2] == inflated[30] <= 2 * size
+    expected = sorted(
+        [("a.tar.gz", f"{i:05d}", d["text"]) for i, d in enumerate(docs)]
+        + [("b.tar", f"{i:05d}", d["text"]) for i, d in enumerate(docs[:100])]
+    )
+    assert trees[2] == trees[30] == expected

@@ -122,7 +122,9 @@ class SpoolingSource(Protocol):
     keeps them (``formats/spool.py``) and the shard writers never read the input again.
 
     Units scanned this way have no locator into the input: the pipeline gives each one its row in
-    the spool, and ``read`` is not called for them."""
+    the spool, and ``read`` is not called for them. A source may also define ``spools(file) ->
+    bool`` to spool only some files (WebDataset: gzip shards); the others are scanned and read
+    by reference."""
 
     def scan_rows(self, file: str, spec: FeatureSpec) -> Iterator[RowsScan]:
         """The file's units in source order, part by part, with their rows in ``spec``'s schema."""

@@ -65,12 +65,19 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 from urllib.parse import unquote
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from shardfeed.formats.columns import to_table
 from shardfeed.formats.sources import json_text
-from shardfeed.formats.sources.base import DatasetMeta, MediaHook, ScanResult, UnitRef
+from shardfeed.formats.sources.base import (
+    DatasetMeta,
+    MediaHook,
+    RowsScan,
+    ScanResult,
+    UnitRef,
+)
 from shardfeed.formats.sources.jsonl import JSON_EXTRA
 from shardfeed.formats.sources.listing import list_files, source_root
 from shardfeed.formats.storage import Location, locate
@@ -623,6 +630,9 @@ def _samples(items: Iterable[_Member | _End]) -> Iterator[_Sample | tuple[str, R
             current.members[name] = item
 
 
+_SPOOL_PART_BYTES = 64 << 20  # payload per spooled part: bounds the rows held while scanning
+
+
 class WebDatasetSource:
     """WebDataset tar shards as a :class:`~shardfeed.formats.sources.base.SourceReader`.
 
@@ -756,25 +766,12 @@ class WebDatasetSource:
     def scan(self, file: str, spec: FeatureSpec) -> ScanResult:
         """One UnitRef per good sample of shard ``file``, one RejectRecord per bad one (see the
         module docstring); reads every member once, passing images through the media hook."""
-        convert = _Converter(spec, self.media_hook)
         result = ScanResult()
-        for group in _samples(self._members(file, with_data=True)):
-            position, error = (
-                group if isinstance(group, tuple) else (f"key:{group.key}", group.error)
-            )
-            if error is None:
-                members = {name: m.data or b"" for name, m in group.members.items()}
-                try:
-                    _, payload = convert(file, group.key, members)
-                except RejectError as err:
-                    error = err
-            if error is not None:
-                result.rejects.append(
-                    RejectRecord(
-                        file, _printable(position), error.reason, _printable(error.message)
-                    )
-                )
+        for sample in self._converted(file, spec, keep_rows=False):
+            if isinstance(sample, RejectRecord):
+                result.rejects.append(sample)
                 continue
+            group, members, payload, _ = sample
             result.units.append(
                 UnitRef(
                     file=file,
@@ -789,6 +786,65 @@ class WebDatasetSource:
                 )
             )
         return result
+
+    def spools(self, file: str) -> bool:
+        """Whether the pipeline keeps this shard's rows from the scan: a gzip shard, whose stream
+        would otherwise be inflated from its start by every shard writer that needs a sample of
+        it. A plain tar is read again by seeking, which costs no second decode."""
+        try:
+            with self._location.open_input(file, "file") as handle:
+                return handle.read_at(2, 0) == _GZIP_MAGIC
+        except (OSError, UnsafePathError):
+            return False  # the scan reports it
+
+    def scan_rows(self, file: str, spec: FeatureSpec) -> Iterator[RowsScan]:
+        """The good samples of ``file`` converted to ``spec`` (images as the media hook leaves
+        them), in parts of about ``_SPOOL_PART_BYTES``, with the rejects
+        (:class:`~shardfeed.formats.sources.base.SpoolingSource`)."""
+        positions: list[int] = []
+        payloads: list[int] = []
+        hashes: list[str] = []
+        rows: list[dict] = []
+        rejects: list[RejectRecord] = []
+        held = 0
+        for sample in self._converted(file, spec, keep_rows=True):
+            if isinstance(sample, RejectRecord):
+                rejects.append(sample)
+                continue
+            group, members, payload, row = sample
+            positions.append(group.ordinal)
+            payloads.append(payload)
+            hashes.append(sample_digest(list(members.items())))
+            rows.append(row)
+            held += payload
+            if held >= _SPOOL_PART_BYTES:
+                yield _rows_scan(positions, payloads, hashes, rows, rejects, spec)
+                positions, payloads, hashes, rows, rejects, held = [], [], [], [], [], 0
+        if rows or rejects:
+            yield _rows_scan(positions, payloads, hashes, rows, rejects, spec)
+
+    def _converted(
+        self, file: str, spec: FeatureSpec, keep_rows: bool
+    ) -> Iterator[tuple[_Sample, dict[str, bytes], int, dict | None] | RejectRecord]:
+        """Each sample of ``file`` converted (its members, payload and, with ``keep_rows``, its
+        row), or the reject saying why not, in archive order."""
+        convert = _Converter(spec, self.media_hook)
+        for group in _samples(self._members(file, with_data=True)):
+            position, error = (
+                group if isinstance(group, tuple) else (f"key:{group.key}", group.error)
+            )
+            if error is None:
+                members = {name: m.data or b"" for name, m in group.members.items()}
+                try:
+                    row, payload = convert(file, group.key, members)
+                except RejectError as err:
+                    error = err
+            if error is not None:
+                yield RejectRecord(
+                    file, _printable(position), error.reason, _printable(error.message)
+                )
+                continue
+            yield group, members, payload, row if keep_rows else None
 
     def read(self, refs: Sequence[UnitRef], spec: FeatureSpec) -> pa.Table:
         """The rows of ``refs`` in the given order, in ``spec.arrow_schema()``. Raises
@@ -854,6 +910,24 @@ class WebDatasetSource:
             raise ShardfeedError(
                 f"{file}: cannot read the shard since it was scanned ({err})"
             ) from None
+
+
+def _rows_scan(
+    positions: list[int],
+    payloads: list[int],
+    hashes: list[str],
+    rows: list[dict],
+    rejects: list[RejectRecord],
+    spec: FeatureSpec,
+) -> RowsScan:
+    return RowsScan(
+        np.array(positions, np.int64),
+        np.ones(len(positions), np.int64),
+        np.array(payloads, np.int64),
+        hashes,
+        to_table(rows, spec),
+        rejects,
+    )
 
 
 def _locator(ref: UnitRef) -> list[tuple[str, int, int]]:

@@ -310,11 +310,10 @@ def read_spooled(units: pa.Table, spec: FeatureSpec, config: GraphConfig) -> pa.
         for key in spools.tolist():
             path = config.part("spool", piece_name(names[key // width], key % width), SPOOL_SUFFIX)
             tables.append(open_spool(stack, path, schema))
-        joined = pa.concat_tables(tables) if tables else schema.empty_table()
         sizes = np.array([t.num_rows for t in tables], np.int64)
         offsets = np.cumsum(sizes) - sizes  # each spool's first row in the joined spools
         where = unit_rows(offsets[which] + starts, counts)
-        return take_in_order(joined, where)  # copies: nothing outlives the maps
+        return take_in_order(tables, where, schema)  # copies: nothing outlives the maps
 
 
 def keyed_by_shard(file: str, config: GraphConfig) -> Iterable[tuple[int, tuple[str, int]]]:

@@ -286,3 +286,18 @@ def test_a_gzip_webdataset_shard_is_inflated_the_same_whatever_the_shard_count(
         + [("b.tar", f"{i:05d}", d["text"]) for i, d in enumerate(docs[:100])]
     )
     assert trees[2] == trees[30] == expected
+
+
+def test_take_in_order_matches_a_take_over_the_joined_tables():
+    from shardfeed.formats.spool import take_in_order
+
+    rng = np.random.default_rng(9)
+    schema = pa.schema([("text", pa.string()), ("n", pa.int64())])
+    tables = []
+    for k in range(4):
+        n = int(rng.integers(1, 300))
+        table = pa.table({"text": [f"{k}-{i}" * (i % 5) for i in range(n)], "n": range(n)})
+        tables.append(pa.Table.from_batches(table.to_batches(max_chunksize=37), schema))
+    joined = pa.concat_tables(tables)
+    rows = rng.integers(0, joined.num_rows, 500)  # any order, repeats allowed
+    assert take_in_order(tables, rows, schema).equals(joined.take(pa.array(rows)))

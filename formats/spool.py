@@ -1,26 +1,32 @@
 """The scan's spool: each input file's good rows, decoded once, kept for the shard writers.
 
 A source that decodes its rows while scanning (``SpoolingSource``) hands them to the pipeline,
-which appends them here, one uncompressed Arrow IPC file per input file in the work directory.
-Shard writers then take their rows by index from a memory map, so a ``.jsonl.gz`` is inflated
+which appends them here, one uncompressed Arrow IPC file per input file (or piece of one) in the
+work directory. Shard writers then read their rows back by index, so a ``.jsonl.gz`` is inflated
 once, however many shards its rows go to, and no input is parsed twice. Uncompressed, because a
 shard takes a few rows from every part of every spool file: compressed batches would be inflated
 once per shard, which is the cost the spool exists to remove. The price is disk: the work
 directory holds the decoded rows until the dataset is published.
+
+Record batches hold about ``_BATCH_BYTES`` each, and a reader holds one at a time (read with
+``pread``, not memory-mapped: mapped pages a shard touched stayed in the process's resident set
+until the map closed, so a writer's memory grew with the spool). Each spool has a small ``.rows``
+file beside it, its batches' row counts, so a reader knows which batches hold its rows without
+reading the others.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Sequence
 from types import TracebackType
 
 import numpy as np
 import pyarrow as pa
 
 SPOOL_SUFFIX = ".arrow"
-_BATCH_ROWS = 64 * 1024  # rows per record batch: takes touch a few batches' buffers at a time
+ROWS_SUFFIX = ".rows"  # beside a spool: its record batches' row counts (int64, little-endian)
+_BATCH_BYTES = 4 << 20  # about this much data per record batch
+_BATCH_ROWS = 64 * 1024  # and at most this many rows
 
 
 class SpoolWriter:
@@ -32,11 +38,18 @@ class SpoolWriter:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         self._sink = pa.OSFile(self._temp, "wb")
         self._writer = pa.ipc.new_file(self._sink, schema)
+        self._sizes: list[int] = []
 
     def write(self, table: pa.Table) -> None:
-        if table.num_rows:
-            self._writer.write_table(table, max_chunksize=_BATCH_ROWS)
-            self.rows += table.num_rows
+        if not table.num_rows:
+            return
+        per_row = max(1, table.nbytes // table.num_rows)
+        chunk = int(min(_BATCH_ROWS, max(1, _BATCH_BYTES // per_row)))
+        for batch in table.to_batches(max_chunksize=chunk):
+            if batch.num_rows:
+                self._writer.write_batch(batch)
+                self._sizes.append(batch.num_rows)
+        self.rows += table.num_rows
 
     def __enter__(self) -> SpoolWriter:
         return self
@@ -49,20 +62,37 @@ class SpoolWriter:
     ) -> None:
         self._writer.close()
         self._sink.close()
-        if kind is None:
-            os.replace(self._temp, self.path)  # scratch: a re-run rescans, so no fsync
+        if kind is None:  # scratch: a re-run rescans, so no fsync
+            sizes = np.asarray(self._sizes, dtype="<i8").tobytes()
+            with open(self._temp + ROWS_SUFFIX, "wb") as handle:
+                handle.write(sizes)
+            os.replace(self._temp + ROWS_SUFFIX, self.path + ROWS_SUFFIX)
+            os.replace(self._temp, self.path)
         else:
             os.unlink(self._temp)
 
 
-def open_spool(stack: contextlib.ExitStack, path: str, schema: pa.Schema) -> pa.Table:
-    """A spool file's rows, memory-mapped (no copy); the map stays open until ``stack`` closes,
-    so take what is needed from the table before then."""
-    source = stack.enter_context(pa.memory_map(path))
-    table = pa.ipc.open_file(source).read_all()
-    if table.schema != schema:
-        raise ValueError(f"{path}: spool schema {table.schema} is not {schema}")
-    return table
+def read_rows(path: str, rows: np.ndarray, schema: pa.Schema) -> pa.Table:
+    """Rows ``rows`` (ascending, repeats allowed) of a spool file, in that order, reading only
+    the record batches that hold them, one at a time."""
+    sizes = np.fromfile(path + ROWS_SUFFIX, dtype="<i8")
+    firsts = np.cumsum(sizes) - sizes
+    rows = np.asarray(rows, np.int64)
+    if len(rows) and (rows[0] < 0 or rows[-1] >= sizes.sum()):
+        raise ValueError(f"{path}: rows {rows[0]}..{rows[-1]} outside its {sizes.sum()} rows")
+    which = np.searchsorted(firsts, rows, side="right") - 1
+    cuts = np.flatnonzero(np.diff(which)) + 1
+    pieces = []
+    with pa.OSFile(path) as source:
+        reader = pa.ipc.open_file(source)
+        if reader.schema != schema:
+            raise ValueError(f"{path}: spool schema {reader.schema} is not {schema}")
+        for part in np.split(np.arange(len(rows)), cuts):
+            if len(part):
+                number = int(which[part[0]])
+                batch = reader.get_batch(number)  # read into memory, dropped after the take
+                pieces.append(batch.take(pa.array(rows[part] - firsts[number])))
+    return pa.Table.from_batches(pieces, schema)
 
 
 def unit_rows(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -73,31 +103,3 @@ def unit_rows(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
         return starts
     firsts = np.cumsum(counts) - counts  # where each unit begins in the output
     return np.repeat(starts - firsts, counts) + np.arange(int(counts.sum()), dtype=np.int64)
-
-
-def take_in_order(tables: Sequence[pa.Table], rows: np.ndarray, schema: pa.Schema) -> pa.Table:
-    """Rows ``rows`` of ``tables`` joined end to end, in the given order.
-
-    Taken record batch by record batch, in row order (one pass over the memory-mapped spools, a
-    page read once), then put in the asked order in memory. A take over the joined chunked table
-    instead copies every chunk into one array first for string columns (Arrow 25): the whole
-    spool once per shard, which made the write time grow with the shard count.
-    """
-    batches = [batch for table in tables for batch in table.to_batches()]
-    sizes = np.array([b.num_rows for b in batches], np.int64)
-    firsts = np.cumsum(sizes) - sizes
-    order = np.argsort(rows, kind="stable")
-    wanted = np.asarray(rows, np.int64)[order]
-    which = np.searchsorted(firsts, wanted, side="right") - 1
-    cuts = np.flatnonzero(np.diff(which)) + 1
-    pieces = [
-        batches[int(part[0])].take(pa.array(local))
-        for part, local in zip(
-            np.split(which, cuts), np.split(wanted - firsts[which], cuts), strict=True
-        )
-        if len(part)
-    ]
-    taken = pa.Table.from_batches(pieces, schema).combine_chunks()  # the shard's rows only
-    inverse = np.empty_like(order)
-    inverse[order] = np.arange(len(order), dtype=order.dtype)
-    return taken.take(pa.array(inverse))

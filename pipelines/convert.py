@@ -12,7 +12,6 @@ so every runner (in-process, Dask, Flink, ...) sees the same plain Map/GroupByKe
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -37,13 +36,7 @@ from shardfeed.formats.sources.base import (
     SpoolingSource,
     UnitRef,
 )
-from shardfeed.formats.spool import (
-    SPOOL_SUFFIX,
-    SpoolWriter,
-    open_spool,
-    take_in_order,
-    unit_rows,
-)
+from shardfeed.formats.spool import SPOOL_SUFFIX, SpoolWriter, read_rows, unit_rows
 from shardfeed.formats.unit_table import (
     UNIT_SUFFIX,
     locator_texts,
@@ -295,8 +288,8 @@ def read_units(
 
 
 def read_spooled(units: pa.Table, spec: FeatureSpec, config: GraphConfig) -> pa.Table:
-    """The rows of ``units`` (a unit table, in output order) from their pieces' spools, with one
-    take over the memory-mapped spools."""
+    """The rows of ``units`` (a unit table, in output order) from their pieces' spools: each
+    spool is read once, front to back, only the record batches holding the shard's rows."""
     schema = spec.arrow_schema()
     files = pc.dictionary_encode(units.column("file")).combine_chunks()
     names = files.dictionary.to_pylist()
@@ -305,15 +298,19 @@ def read_spooled(units: pa.Table, spec: FeatureSpec, config: GraphConfig) -> pa.
     codes = files.indices.to_numpy().astype(np.int64)
     width = int(pieces.max()) + 1
     spools, which = np.unique(codes * width + pieces, return_inverse=True)  # (file, piece)
-    with contextlib.ExitStack() as stack:
-        tables = []
-        for key in spools.tolist():
-            path = config.part("spool", piece_name(names[key // width], key % width), SPOOL_SUFFIX)
-            tables.append(open_spool(stack, path, schema))
-        sizes = np.array([t.num_rows for t in tables], np.int64)
-        offsets = np.cumsum(sizes) - sizes  # each spool's first row in the joined spools
-        where = unit_rows(offsets[which] + starts, counts)
-        return take_in_order(tables, where, schema)  # copies: nothing outlives the maps
+    # every row the shard takes, by spool then row: each spool is read front to back, once
+    spool_of_row = np.repeat(which, counts)
+    local = unit_rows(starts, counts)
+    order = np.lexsort((local, spool_of_row))
+    bounds = np.searchsorted(spool_of_row[order], np.arange(len(spools) + 1))
+    parts = []
+    for s, key in enumerate(spools.tolist()):
+        path = config.part("spool", piece_name(names[key // width], key % width), SPOOL_SUFFIX)
+        parts.append(read_rows(path, local[order[bounds[s] : bounds[s + 1]]], schema))
+    taken = pa.concat_tables(parts).combine_chunks()  # the shard's rows only
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(len(order), dtype=order.dtype)
+    return taken.take(pa.array(inverse))
 
 
 def keyed_by_shard(file: str, config: GraphConfig) -> Iterable[tuple[int, tuple[str, int]]]:

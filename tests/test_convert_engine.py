@@ -288,16 +288,27 @@ def test_a_gzip_webdataset_shard_is_inflated_the_same_whatever_the_shard_count(
     assert trees[2] == trees[30] == expected
 
 
-def test_take_in_order_matches_a_take_over_the_joined_tables():
-    from shardfeed.formats.spool import take_in_order
+def test_spool_rows_are_read_back_exactly_in_batches_of_bounded_size(tmp_path):
+    from shardfeed.formats.spool import SpoolWriter, read_rows
 
     rng = np.random.default_rng(9)
     schema = pa.schema([("text", pa.string()), ("n", pa.int64())])
-    tables = []
-    for k in range(4):
-        n = int(rng.integers(1, 300))
-        table = pa.table({"text": [f"{k}-{i}" * (i % 5) for i in range(n)], "n": range(n)})
-        tables.append(pa.Table.from_batches(table.to_batches(max_chunksize=37), schema))
-    joined = pa.concat_tables(tables)
-    rows = rng.integers(0, joined.num_rows, 500)  # any order, repeats allowed
-    assert take_in_order(tables, rows, schema).equals(joined.take(pa.array(rows)))
+    path = str(tmp_path / "s.arrow")
+    parts = []
+    with SpoolWriter(path, schema) as spool:
+        for k in range(4):  # parts of up to 15 MB: cut into batches of about 4 MB
+            n = int(rng.integers(100, 300))
+            part = pa.table(
+                {"text": [f"{k}-{i}-" + "x" * 50_000 for i in range(n)], "n": range(n)},
+                schema=schema,
+            )
+            spool.write(part)
+            parts.append(part)
+    joined = pa.concat_tables(parts)
+    with pa.OSFile(path) as source:
+        batches = [b.nbytes for b in pa.ipc.open_file(source).read_all().to_batches()]
+    assert len(batches) > 4 and max(batches) <= 8 << 20
+    rows = np.sort(rng.integers(0, joined.num_rows, 500))  # ascending, repeats allowed
+    assert read_rows(path, rows, schema).equals(joined.take(pa.array(rows)))
+    with pytest.raises(ValueError, match="outside"):
+        read_rows(path, np.array([joined.num_rows]), schema)

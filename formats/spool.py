@@ -8,7 +8,7 @@ shard takes a few rows from every part of every spool file: compressed batches w
 once per shard, which is the cost the spool exists to remove. The price is disk: the work
 directory holds the decoded rows until the dataset is published.
 
-Record batches hold about ``_BATCH_BYTES`` each, and a reader holds one at a time (read with
+Record batches hold about ``_BATCH_BYTES`` (256 KiB) each, and a reader holds one at a time (read with
 ``pread``, not memory-mapped: mapped pages a shard touched stayed in the process's resident set
 until the map closed, so a writer's memory grew with the spool). Each spool has a small ``.rows``
 file beside it, its batches' row counts, so a reader knows which batches hold its rows without
@@ -25,7 +25,7 @@ import pyarrow as pa
 
 SPOOL_SUFFIX = ".arrow"
 ROWS_SUFFIX = ".rows"  # beside a spool: its record batches' row counts (int64, little-endian)
-_BATCH_BYTES = 4 << 20  # about this much data per record batch
+_BATCH_BYTES = 256 << 10  # about this much data per record batch: a shard reads whole batches
 _BATCH_ROWS = 64 * 1024  # and at most this many rows
 
 

@@ -120,11 +120,12 @@ def locator_texts(locators: Sequence[Sequence]) -> list[str]:
     return [json.dumps(list(locator), separators=(",", ":")) for locator in locators]
 
 
-def row_locators(piece: int, starts: np.ndarray) -> pa.Array:
-    """Locators ``[piece, start]`` (a unit's spool, by the piece of its file that was scanned,
-    and its first row there) as JSON texts, vectorised."""
+def row_locators(spools: np.ndarray, starts: np.ndarray) -> pa.Array:
+    """Locators ``[spool, start]`` (a unit's spool, by its id among its file's spools, and its
+    first row there) as JSON texts, vectorised."""
+    ids = pa.array(np.asarray(spools, dtype=np.int64)).cast(pa.string())
     text = pa.array(np.asarray(starts, dtype=np.int64)).cast(pa.string())
-    return pc.binary_join_element_wise(f"[{int(piece)},", text, "]", "")
+    return pc.binary_join_element_wise("[", ids, ",", text, "]", "")
 
 
 def spool_starts(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:

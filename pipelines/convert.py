@@ -68,6 +68,7 @@ from shardfeed.schemas.manifest import canonical_json
 from shardfeed.schemas.rejects import RejectRecord
 from shardfeed.transforms.hashing import shuffle_keys
 
+_SEGMENTS = 1 << 20  # spool segment ids: piece index * _SEGMENTS + segment number
 DEFAULT_PIECE_BYTES = 256 << 20  # a scan task's input: a few seconds of work, bounded memory
 WORK_DIR = ".shardfeed-work"  # under DST while a run is in flight; removed after publishing
 PREVIOUS = "previous-shards"  # sidecars of an interrupted run, under WORK_DIR, checked for reuse
@@ -81,8 +82,12 @@ class GraphConfig:
     #: one named split of ``convert --split``: its work dir is ``WORK_DIR/split-NAME``, and its
     #: shards, rows and episodes are numbered on from the previous splits'
     split: str | None = None
-    #: input bytes per scan task: a larger JSONL or Parquet file is scanned as several pieces
+    #: input bytes per scan task: a larger JSONL or Parquet file is scanned as several pieces;
+    #: also the decoded bytes per spool segment
     piece_bytes: int = DEFAULT_PIECE_BYTES
+    #: the plan is shuffled: spool segments are sorted by bucket, so that each shard (a range of
+    #: buckets) reads one run of rows from each (``--no-shuffle`` keeps them in source order)
+    sort_spools: bool = True
     shard_offset: int = 0
     row_offset: int = 0
     unit_offset: int = 0
@@ -241,22 +246,56 @@ def _ref_columns(file: str, refs: Sequence[UnitRef]) -> UnitArrays:
 def _scan_spooled(
     file: str, index: int, parts: Iterable[RowsScan], spec: FeatureSpec, config: GraphConfig
 ) -> tuple[UnitArrays, list[RejectRecord]]:
-    """Append the rows of piece ``index`` of ``file`` (0: the whole file), part by part, to the
-    piece's spool; each unit's locator is ``[index, its first row there]``."""
-    positions, rows, payload, starts, hashes, rejects = [], [], [], [], [], []
-    path = config.part("spool", piece_name(file, index), SPOOL_SUFFIX)
-    with SpoolWriter(path, spec.arrow_schema()) as spool:
-        for part in parts:
-            starts.append(spool.rows + np.cumsum(part.rows) - part.rows)
-            spool.write(part.table)
-            positions.append(part.positions)
-            rows.append(part.rows)
-            payload.append(part.payload)
-            hashes.extend(part.hashes)
-            rejects.extend(part.rejects)
-    joined = [np.concatenate(c) if c else np.zeros(0, np.int64) for c in (positions, rows, payload)]
-    first = np.concatenate(starts) if starts else np.zeros(0, np.int64)
-    return (*joined, hashes, row_locators(index, first)), rejects
+    """Spool the rows of piece ``index`` of ``file`` (0: the whole file), in segments of about
+    ``config.piece_bytes`` decoded bytes; each unit's locator is ``[segment id, its first row
+    there]``. With ``config.sort_spools`` a segment's units are written in bucket order, so a
+    shard of the (bucket-range) plan takes one run of rows from it; memory holds one segment."""
+    held: list[RowsScan] = []
+    out: list[tuple[np.ndarray, np.ndarray, np.ndarray, list[str], np.ndarray, np.ndarray]] = []
+    rejects: list[RejectRecord] = []
+    held_bytes = 0
+
+    def flush() -> None:
+        segment = index * _SEGMENTS + len(out)
+        path = config.part("spool", piece_name(file, segment), SPOOL_SUFFIX)
+        positions = np.concatenate([p.positions for p in held])
+        rows = np.concatenate([p.rows for p in held])
+        payload = np.concatenate([p.payload for p in held])
+        hashes = [h for p in held for h in p.hashes]
+        table = pa.concat_tables([p.table for p in held])
+        order = np.arange(len(positions))
+        if config.sort_spools:
+            keys = shuffle_keys(config.seed, hashes, file, positions)
+            buckets = buckets_of(keys, payload, config.options.target_shard_bytes)
+            order = np.argsort(buckets, kind="stable")
+            firsts = np.cumsum(rows) - rows
+            table = table.take(pa.array(unit_rows(firsts[order], rows[order])))
+        with SpoolWriter(path, spec.arrow_schema()) as spool:
+            spool.write(table)
+        starts = np.empty(len(order), np.int64)
+        starts[order] = np.cumsum(rows[order]) - rows[order]
+        ids = np.full(len(order), segment, np.int64)
+        out.append((positions, rows, payload, hashes, starts, ids))
+        held.clear()
+
+    for part in parts:
+        rejects.extend(part.rejects)
+        if len(part.positions):
+            held.append(part)
+            held_bytes += part.table.nbytes
+        if held_bytes >= config.piece_bytes:
+            flush()
+            held_bytes = 0
+    if held or not out:
+        if not held:  # an empty file still gets an (empty) spool
+            held.append(
+                RowsScan(*(np.zeros(0, np.int64),) * 3, [], spec.arrow_schema().empty_table())
+            )
+        flush()
+    positions, rows, payload = (np.concatenate([o[k] for o in out]) for k in range(3))
+    hashes = [h for o in out for h in o[3]]
+    starts, ids = (np.concatenate([o[k] for o in out]) for k in (4, 5))
+    return (positions, rows, payload, hashes, row_locators(ids, starts)), rejects
 
 
 def read_units(

@@ -220,7 +220,11 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
     stores.prepare(config.overwrite, takeover)
     options = config.dataset_options(meta, kind, source_name(config.src))
     graph = GraphConfig(
-        dst=dst, seed=config.shuffle_seed or 0, options=options, piece_bytes=config.task_bytes
+        dst=dst,
+        seed=config.shuffle_seed or 0,
+        options=options,
+        piece_bytes=config.task_bytes,
+        sort_spools=config.shuffle_seed is not None,
     )
     if takeover:
         _keep_finished_shards(dst, graph.work)

@@ -312,3 +312,62 @@ def test_spool_rows_are_read_back_exactly_in_batches_of_bounded_size(tmp_path):
     assert read_rows(path, rows, schema).equals(joined.take(pa.array(rows)))
     with pytest.raises(ValueError, match="outside"):
         read_rows(path, np.array([joined.num_rows]), schema)
+
+
+def test_many_units_per_shard_plan_contiguous_bucket_ranges():
+    rng = np.random.default_rng(3)
+    sizes = rng.lognormal(7, 0.8, 200_000).astype(np.int64) + 1
+    keys = rng.integers(0, 2**63, len(sizes), dtype=np.uint64)
+    target = int(sizes.sum() // 50)
+    buckets = buckets_of(keys, sizes, target)
+    plan = plan_shards(
+        [BucketTotal(int(b), 1, 1, int(s)) for b, s in zip(buckets, sizes, strict=True)], target
+    )
+    _, shards = plan.bucket_arrays
+    assert np.all(np.diff(shards) >= 0)  # in bucket order the shards only go up: ranges
+    assert plan.num_shards == 50 and max(plan.bytes) / np.mean(plan.bytes) <= 1.01
+
+
+def test_few_units_per_shard_fall_back_to_packing():
+    sizes = np.array([9000, 100, 100, 5000, 4000, 900, 1000, 2000, 7000, 1], dtype=np.int64)
+    keys = np.arange(10, dtype=np.uint64) * np.uint64(1000)  # buckets in this order
+    plan = plan_shards(
+        [BucketTotal(int(k), 1, 1, int(s)) for k, s in zip(keys, sizes, strict=True)], 9000
+    )
+    _, shards = plan.bucket_arrays
+    assert not np.all(np.diff(shards) >= 0)  # not ranges: they balance worse than 1%
+    # largest first onto the lightest: 9000+1000 | 7000+2000+900 | 5000+4000+100+100+1
+    assert sorted(plan.bytes) == [9201, 9900, 10000]
+
+
+def test_shard_writers_read_each_spool_about_once(tmp_path, monkeypatch):
+    from shardfeed.formats import spool as spool_module
+    from shardfeed.pipelines import convert as convert_module
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for k in range(3):
+        docs = _documents(4000, seed=20 + k)
+        (src / f"p{k}.jsonl").write_text("\n".join(json.dumps(d) for d in docs) + "\n")
+    touched = []
+    read_rows = spool_module.read_rows
+
+    def spy(path, rows, schema):
+        sizes = np.fromfile(path + spool_module.ROWS_SUFFIX, dtype="<i8")
+        firsts = np.cumsum(sizes) - sizes
+        batches = np.unique(np.searchsorted(firsts, rows, side="right") - 1)
+        touched.append((path, len(batches), len(sizes)))
+        return read_rows(path, rows, schema)
+
+    monkeypatch.setattr(convert_module, "read_rows", spy)
+    dst = tmp_path / "out"
+    assert main(["convert", str(src), str(dst), "--target-shard-size", "1MB"]) == 0
+    shards = len(open_dataset(dst).shards)
+    spools = {path: total for path, _, total in touched}
+    assert shards >= 10 and len(spools) == 3
+    read = sum(n for _, n, _ in touched)
+    # each shard reads one run of rows from each spool: every batch about once, plus at most
+    # the two batches at each end of each run (read twice); a random layout reads nearly
+    # every batch for every shard (shards x batches)
+    assert read <= sum(spools.values()) + 2 * shards * len(spools)
+    assert read < shards * sum(spools.values()) / 3

@@ -2,10 +2,13 @@
 never by the sample count.
 
 Every unit (a sample, or a whole episode) falls into one of ``FINE_BUCKETS`` buckets by its stable
-shuffle key. Only per-bucket totals reach the planner, which packs buckets into shards largest first
-onto the lightest shard (LPT). With hundreds of buckets per shard a shard's deviation from the mean is
-a fraction of one bucket. Units larger than the target shard are planned alone. Every choice breaks
-ties on stable keys, so the plan is identical on every runner.
+shuffle key. Only per-bucket totals reach the planner, which cuts the buckets, in id order, into
+contiguous ranges of equal bytes: a shard's deviation from the mean is at most one bucket, and a
+shard is a range of the hash space, so a spool sorted by bucket holds each shard's rows as one run
+(``formats/spool.py``). Where shards hold too few units for ranges to balance within 1%, buckets
+are packed largest first onto the lightest shard (LPT) instead. Units larger than the target shard
+are planned alone. Every choice breaks ties on stable keys, so the plan is identical on every
+runner.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ from shardfeed.planning.partition import num_parts_for
 FINE_BUCKETS = 1 << 20  # fixed, so a unit's bucket is known while scanning, before any total
 BIG_BUCKET_BASE = 1 << 62  # bucket ids at or above this hold exactly one oversized unit
 HOT_BUCKET_BASE = 1 << 61  # a hot unit's bucket: HOT_BUCKET_BASE + its fine bucket
+#: bucket ranges are the plan when their fullest shard is within this of the mean; otherwise
+#: (few units per shard) buckets are packed largest first onto the lightest shard (LPT)
+RANGE_TOLERANCE = 1.01
 
 
 @dataclass(frozen=True)
@@ -118,20 +124,37 @@ def plan_bucket_arrays(
     big = np.flatnonzero(known >= np.uint64(BIG_BUCKET_BASE))  # sorted by bucket id
     n_small = min(num_parts_for(int(nbytes[small].sum()), target), len(small)) if len(small) else 0
     shard = np.empty(len(known), dtype=np.int64)
-    # LPT: largest bucket first onto the lightest shard; ties by bucket id and shard number
-    order = small[np.lexsort((known[small], -nbytes[small]))]
-    heap = [(0, k) for k in range(n_small)]
-    chosen = []
-    for size in nbytes[order].tolist():
-        load, k = heap[0]
-        chosen.append(k)
-        heapq.heapreplace(heap, (load + size, k))
-    shard[order] = np.array(chosen, dtype=np.int64)
+    # contiguous ranges of buckets in id order (the hash order): a bucket goes to the shard its
+    # byte midpoint falls in, so each shard is within a bucket of the mean and holds a uniformly
+    # random subset; a slot no midpoint falls in (a bucket larger than a slot) is dropped
+    if n_small:
+        raw = _raw_shards(0, nbytes[small], int(nbytes[small].sum()), n_small)
+        used, ranges = np.unique(raw, return_inverse=True)
+        loads = _exact_bincount(ranges, nbytes[small], len(used))
+        if len(used) == n_small and loads.max() <= RANGE_TOLERANCE * loads.mean():
+            shard[small] = ranges
+        else:  # too few buckets per shard for ranges to balance: pack them (LPT)
+            shard[small] = _lpt(known[small], nbytes[small], n_small)
     shard[big] = n_small + np.arange(len(big), dtype=np.int64)
     count = n_small + len(big)
     totals = [_exact_bincount(shard, values, count) for values in (rows, units, nbytes)]
     shard_of = dict(zip(known.tolist(), shard.tolist(), strict=True))
     return ShardPlan(shard_of, *(tuple(t.tolist()) for t in totals))
+
+
+def _lpt(buckets: np.ndarray, nbytes: np.ndarray, n: int) -> np.ndarray:
+    """Each bucket's shard when packed largest first onto the lightest of ``n`` shards (LPT);
+    ties by bucket id and shard number."""
+    order = np.lexsort((buckets, -nbytes))
+    heap = [(0, k) for k in range(n)]
+    chosen = []
+    for size in nbytes[order].tolist():
+        load, k = heap[0]
+        chosen.append(k)
+        heapq.heapreplace(heap, (load + size, k))
+    shard = np.empty(len(buckets), dtype=np.int64)
+    shard[order] = np.array(chosen, dtype=np.int64)
+    return shard
 
 
 def _exact_bincount(groups: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:

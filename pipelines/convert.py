@@ -216,6 +216,7 @@ def _save_scan(
     write_totals(config.part("totals", name, UNIT_SUFFIX), table)
     _save_rejects(name, rejects, config)
     beam.metrics.Metrics.counter("shardfeed", "units").inc(table.num_rows)
+    pa.default_memory_pool().release_unused()  # the scan's decoded blocks (see write_planned_shard)
 
 
 def _save_rejects(name: str, rejects: list[RejectRecord], config: GraphConfig) -> None:
@@ -428,6 +429,9 @@ def write_planned_shard(
     _write_sidecar(sidecar, inputs, outcome)
     beam.metrics.Metrics.counter("shardfeed", "shards").inc()
     beam.metrics.Metrics.counter("shardfeed", "bytes").inc(outcome.record.bytes)
+    # the allocator keeps freed pages of spool batches and shard columns for reuse; hand them back,
+    # or a long-lived writer's resident memory creeps up with the number of shards it writes
+    pa.default_memory_pool().release_unused()
     return number, _stats_state(outcome)
 
 

@@ -148,10 +148,6 @@ def write_unit_table(path: str, table: pa.Table) -> None:
     _write(path, table)
 
 
-def read_units(path: str) -> list[KeyedUnit]:
-    return [KeyedUnit.from_tuple(values) for values in read_unit_tuples(path)]
-
-
 def read_unit_tuples(path: str) -> list[tuple]:
     """A file's units as ``KeyedUnit.to_tuple()`` values, in source order, without building
     objects."""

@@ -362,6 +362,32 @@ class Result:
     samples: int
     extra: dict = field(default_factory=dict)
 
+    @classmethod
+    def of(
+        cls,
+        name: str,
+        m: dict,
+        work: float | None,
+        sync_s: float,
+        dst: Path,
+        samples: int,
+        extra: dict,
+    ) -> Result:
+        """A contender's result from its measurement ``m`` (``_measure``) and its output ``dst``."""
+        _, out_bytes = tree_bytes(dst)
+        return cls(
+            name,
+            m["wall_s"],
+            work,
+            sync_s,
+            m["cpu_s"],
+            m["peak_rss_bytes"],
+            m["tree_rss_bytes"],
+            out_bytes,
+            samples,
+            extra,
+        )
+
 
 def parse_size(text: str) -> int:
     units = {
@@ -503,6 +529,35 @@ def verify(name: str, dst: Path, expected: int, stdout: str) -> tuple[int, dict]
     }
 
 
+def measured_run(
+    name: str, cmd: list[str], warm: str, logs: Path, timeout: float, can_drop: bool
+) -> tuple[dict, str, float]:
+    """Run ``cmd`` under ``_measure`` (caches dropped first when allowed, its imports warmed):
+    the measurement, its stdout and the seconds a ``sync`` took after it. Exits on failure."""
+    if can_drop:
+        drop_caches()
+    if warm:  # code warm, corpus cold
+        subprocess.run([sys.executable, "-c", warm], check=True, capture_output=True)
+    result_json, out_log, err_log = (logs / f"{name}.{ext}" for ext in ("json", "out", "err"))
+    measurer = [sys.executable, str(Path(__file__).resolve()), "_measure", str(result_json)]
+    measurer += [str(out_log), str(err_log), "--", *cmd]
+    print(f"bench: running {name}: {' '.join(cmd)}", file=sys.stderr, flush=True)
+    try:
+        subprocess.run(measurer, check=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise SystemExit(
+            f"bench: {name} took longer than {timeout:.0f} s; logs in {logs}"
+        ) from None
+    started = time.perf_counter()
+    subprocess.run(["sync"], check=False)
+    sync_s = time.perf_counter() - started
+    m = json.loads(result_json.read_text())
+    if m["rc"] != 0:
+        tail = err_log.read_text(errors="replace")[-4000:]
+        raise SystemExit(f"bench: {name} exited {m['rc']}:\n{tail}")
+    return m, out_log.read_text(errors="replace"), sync_s
+
+
 def run_contender(
     name: str,
     src: Path,
@@ -517,36 +572,7 @@ def run_contender(
     if dst.exists():
         shutil.rmtree(dst)
     cmd, warm = contender_cmd(name, src, dst, shard)
-    if can_drop:
-        drop_caches()
-    if warm:  # code warm, corpus cold
-        subprocess.run([sys.executable, "-c", warm], check=True, capture_output=True)
-    result_json, out_log, err_log = (logs / f"{name}.{ext}" for ext in ("json", "out", "err"))
-    measurer = [
-        sys.executable,
-        str(Path(__file__).resolve()),
-        "_measure",
-        str(result_json),
-        str(out_log),
-        str(err_log),
-        "--",
-        *cmd,
-    ]
-    print(f"bench: running {name}: {' '.join(cmd)}", file=sys.stderr, flush=True)
-    try:
-        subprocess.run(measurer, check=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise SystemExit(
-            f"bench: {name} took longer than {timeout:.0f} s; logs in {logs}"
-        ) from None
-    started = time.perf_counter()
-    subprocess.run(["sync"], check=False)
-    sync_s = time.perf_counter() - started
-    m = json.loads(result_json.read_text())
-    stdout = out_log.read_text(errors="replace")
-    if m["rc"] != 0:
-        tail = err_log.read_text(errors="replace")[-4000:]
-        raise SystemExit(f"bench: {name} exited {m['rc']}:\n{tail}")
+    m, stdout, sync_s = measured_run(name, cmd, warm, logs, timeout, can_drop)
     samples, extra = verify(name, dst, expected, stdout)
     if samples != expected:
         raise SystemExit(f"bench: {name} wrote {samples} samples, expected {expected}")
@@ -561,19 +587,7 @@ def run_contender(
         work = extra.get("summary_seconds")
     extra["stragglers_killed"] = m["stragglers_killed"]
     extra["subreaper"] = m["subreaper"]
-    _, out_bytes = tree_bytes(dst)
-    return Result(
-        name,
-        m["wall_s"],
-        work,
-        sync_s,
-        m["cpu_s"],
-        m["peak_rss_bytes"],
-        m["tree_rss_bytes"],
-        out_bytes,
-        samples,
-        extra,
-    )
+    return Result.of(name, m, work, sync_s, dst, samples, extra)
 
 
 def profile_shardfeed(src: Path, out_root: Path, shard: str, top: int) -> None:

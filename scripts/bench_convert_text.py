@@ -30,7 +30,6 @@ import gzip
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -224,27 +223,7 @@ def run_one(
 ) -> bc.Result:
     if dst.exists():
         shutil.rmtree(dst)
-    if can_drop:
-        bc.drop_caches()
-    if warm:
-        subprocess.run([sys.executable, "-c", warm], check=True, capture_output=True)
-    result_json, out_log, err_log = (logs / f"{name}.{ext}" for ext in ("json", "out", "err"))
-    me = str(Path(bc.__file__).resolve())
-    measurer = [sys.executable, me, "_measure", str(result_json), str(out_log), str(err_log)]
-    print(f"bench: running {name}: {' '.join(cmd)}", file=sys.stderr, flush=True)
-    try:
-        subprocess.run([*measurer, "--", *cmd], check=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise SystemExit(
-            f"bench: {name} took longer than {timeout:.0f} s; logs in {logs}"
-        ) from None
-    started = time.perf_counter()
-    subprocess.run(["sync"], check=False)
-    sync_s = time.perf_counter() - started
-    m = json.loads(result_json.read_text())
-    stdout = out_log.read_text(errors="replace")
-    if m["rc"] != 0:
-        raise SystemExit(f"bench: {name} exited {m['rc']}:\n{err_log.read_text()[-4000:]}")
+    m, stdout, sync_s = bc.measured_run(name, cmd, warm, logs, timeout, can_drop)
     samples, extra = count_output(name, dst)
     if samples != expected:
         raise SystemExit(f"bench: {name} wrote {samples} samples, expected {expected}")
@@ -253,19 +232,7 @@ def run_one(
     if reported.get("note"):
         extra["note"] = reported["note"]
     extra["stragglers_killed"] = m["stragglers_killed"]
-    _, out_bytes = bc.tree_bytes(dst)
-    return bc.Result(
-        name,
-        m["wall_s"],
-        work,
-        sync_s,
-        m["cpu_s"],
-        m["peak_rss_bytes"],
-        m["tree_rss_bytes"],
-        out_bytes,
-        samples,
-        extra,
-    )
+    return bc.Result.of(name, m, work, sync_s, dst, samples, extra)
 
 
 WARM_SF = "import apache_beam, shardfeed.cli.main, shardfeed.pipelines.driver"

@@ -73,6 +73,20 @@ class RowsScan:
     table: pa.Table
     rejects: list[RejectRecord] = field(default_factory=list)
 
+    @classmethod
+    def one_row_each(
+        cls,
+        positions: Sequence[int] | np.ndarray,
+        payload: Sequence[int] | np.ndarray,
+        hashes: list[str],
+        table: pa.Table,
+        rejects: list[RejectRecord],
+    ) -> RowsScan:
+        """A part whose units are one row each (every source but LeRobot's episodes)."""
+        positions = np.asarray(positions, np.int64)
+        ones = np.ones(len(positions), np.int64)
+        return cls(positions, ones, np.asarray(payload, np.int64), hashes, table, rejects)
+
 
 @dataclass(frozen=True)
 class DatasetMeta:

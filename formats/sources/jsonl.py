@@ -31,7 +31,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import numpy as np
 import pyarrow as pa
 
 from shardfeed.formats.columns import conform
@@ -301,8 +300,9 @@ class JsonlSource:
         """``scan_rows`` over the lines starting in ``[start, stop)``, the first of them line
         ``first`` of the file."""
         for part in self._typed_blocks(file, spec, (start, stop, first)):
-            ones = np.ones(len(part.numbers), np.int64)
-            yield RowsScan(part.numbers, ones, part.payload, part.hashes, part.table, part.rejects)
+            yield RowsScan.one_row_each(
+                part.numbers, part.payload, part.hashes, part.table, part.rejects
+            )
 
     def spec(self, inferred: Any | None = None) -> FeatureSpec:
         """Columns from the merged :class:`InferredSchema`: the text field (string) first, then the
@@ -356,8 +356,9 @@ class JsonlSource:
         """The good records of ``file`` block by block, typed to ``spec``, with the rejects
         (:class:`~shardfeed.formats.sources.base.SpoolingSource`): the file is decoded once."""
         for part in self._typed_blocks(file, spec):
-            ones = np.ones(len(part.numbers), np.int64)
-            yield RowsScan(part.numbers, ones, part.payload, part.hashes, part.table, part.rejects)
+            yield RowsScan.one_row_each(
+                part.numbers, part.payload, part.hashes, part.table, part.rejects
+            )
 
     def _typed_blocks(
         self, file: str, spec: FeatureSpec, piece: Piece = WHOLE

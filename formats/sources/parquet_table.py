@@ -1065,9 +1065,8 @@ class ParquetSource:
         the media hook leaves them), with the rejects: the file is decoded once
         (:class:`~shardfeed.formats.sources.base.SpoolingSource`)."""
         for group in self._scan_groups(file, spec):
-            ones = np.ones(len(group.positions), np.int64)
-            yield RowsScan(
-                group.positions, ones, group.payload, group.hashes, group.table, group.rejects
+            yield RowsScan.one_row_each(
+                group.positions, group.payload, group.hashes, group.table, group.rejects
             )
 
     # -- pieces of a large file (``SplittableSource``) ----------------------------------------
@@ -1107,9 +1106,8 @@ class ParquetSource:
     ) -> Iterator[RowsScan]:
         """``scan_rows`` over row groups ``[start, stop)``, whose first row is row ``first``."""
         for group in self._scan_groups(file, spec, (start, stop, first)):
-            ones = np.ones(len(group.positions), np.int64)
-            yield RowsScan(
-                group.positions, ones, group.payload, group.hashes, group.table, group.rejects
+            yield RowsScan.one_row_each(
+                group.positions, group.payload, group.hashes, group.table, group.rejects
             )
 
     def _scan_groups(

@@ -399,14 +399,7 @@ def _rows_scan(
     rejects: list[RejectRecord],
     spec: FeatureSpec,
 ) -> RowsScan:
-    return RowsScan(
-        np.array(positions, np.int64),
-        np.ones(len(positions), np.int64),
-        np.array(payload, np.int64),
-        hashes,
-        _rows_table(rows, spec),
-        rejects,
-    )
+    return RowsScan.one_row_each(positions, payload, hashes, _rows_table(rows, spec), rejects)
 
 
 def is_tfrecord_name(name: str) -> bool:

@@ -65,7 +65,6 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 from urllib.parse import unquote
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
@@ -818,10 +817,12 @@ class WebDatasetSource:
             rows.append(row)
             held += payload
             if held >= _SPOOL_PART_BYTES:
-                yield _rows_scan(positions, payloads, hashes, rows, rejects, spec)
+                yield RowsScan.one_row_each(
+                    positions, payloads, hashes, to_table(rows, spec), rejects
+                )
                 positions, payloads, hashes, rows, rejects, held = [], [], [], [], [], 0
         if rows or rejects:
-            yield _rows_scan(positions, payloads, hashes, rows, rejects, spec)
+            yield RowsScan.one_row_each(positions, payloads, hashes, to_table(rows, spec), rejects)
 
     def _converted(
         self, file: str, spec: FeatureSpec, keep_rows: bool
@@ -910,24 +911,6 @@ class WebDatasetSource:
             raise ShardfeedError(
                 f"{file}: cannot read the shard since it was scanned ({err})"
             ) from None
-
-
-def _rows_scan(
-    positions: list[int],
-    payloads: list[int],
-    hashes: list[str],
-    rows: list[dict],
-    rejects: list[RejectRecord],
-    spec: FeatureSpec,
-) -> RowsScan:
-    return RowsScan(
-        np.array(positions, np.int64),
-        np.ones(len(positions), np.int64),
-        np.array(payloads, np.int64),
-        hashes,
-        to_table(rows, spec),
-        rejects,
-    )
 
 
 def _locator(ref: UnitRef) -> list[tuple[str, int, int]]:

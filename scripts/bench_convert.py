@@ -74,7 +74,7 @@ QUICK = {"files": 3_000, "classes": 100, "min_kb": 10, "max_kb": 30, "shard": "1
 ALL_CONTENDERS = ("cp", "wds", "mds", "sf-header-1w", "sf-header-2w", "sf-full-1w")
 PEERS = ("wds", "mds")
 SF_HEADER = ("sf-header-1w", "sf-header-2w")
-KINDS = ("image", "text", "text-gz", "parquet")
+KINDS = ("image", "text", "text-gz", "parquet", "tfrecord")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -722,7 +722,7 @@ def main(argv: list[str] | None = None) -> int:
         choices=(*KINDS, "all"),
         default="image",
         help="which corpus: image (an image folder), text (JSONL), text-gz (.jsonl.gz/.zst at 4 "
-        "and 64 shards), parquet; all runs them in turn (scripts/bench_convert_text.py has the "
+        "and 64 shards), parquet, tfrecord (tf.train.Example); all runs them in turn (scripts/bench_convert_text.py has the "
         "text kinds' contenders)",
     )
     args = parser.parse_args(argv)

@@ -17,6 +17,10 @@ text-gz   the same files as ``.jsonl.gz`` and ``.jsonl.zst``, converted by shard
 parquet   the same documents as 8 Parquet files: ``sf-1w``, ``sf-2w``, ``hf``
           (``load_dataset("parquet")``, the same steps) and ``plain`` (``read_table``, ``take``,
           ``write_table`` zstd)
+tfrecord  100,000 ``tf.train.Example`` records in 8 files (int64 and float scalars, an 8-float
+          list, UTF-8 text, a varying list of byte strings): ``sf-1w``, ``sf-2w`` and
+          ``tfrecord`` (the ``tfrecord`` package's reader, columns into pyarrow, permuted,
+          ``write_table`` zstd)
 ========  =======================================================================================
 
 Every output's sample count is checked (``shardfeed inspect --json``, Parquet footers, MDS's
@@ -44,6 +48,8 @@ SEED = 7
 PEER_SEED = 0
 
 TEXT_CONTENDERS = ("sf-1w", "sf-2w", "hf", "mds", "plain")
+TFRECORD_CONTENDERS = ("sf-1w", "sf-2w", "tfrecord")
+TF_FULL, TF_QUICK = 12_500, 2_500  # tf.train.Example records per file (8 files)
 PARQUET_CONTENDERS = ("sf-1w", "sf-2w", "hf", "plain")
 GZ_CONTENDERS = ("sf-jsonl-4", "sf-gz-4", "sf-gz-64", "sf-zst-4", "sf-zst-64")
 SHARDS = 4  # the text and parquet kinds' shard count
@@ -98,6 +104,48 @@ def make_text_corpus(root: Path, docs: int) -> dict:
         "payload": payload,
         "bytes": {s: bc.tree_bytes(root / s)[1] for s in ("jsonl", "gz", "zst", "parquet")},
     }
+    stamp.write_text(json.dumps(info))
+    return info
+
+
+def make_tfrecord_corpus(root: Path, per_file: int) -> dict:
+    """``FILES`` TFRecord files of ``tf.train.Example`` records (reused when the parameters match):
+    ``id``, ``label`` (int64 scalars), ``score`` (a float), ``vec`` (8 floats), ``text`` (UTF-8
+    bytes, Zipf words) and ``tags`` (one to three byte strings, so a varying-length list)."""
+    import numpy as np
+    from bench_memory import _word_pool
+
+    from shardfeed.formats.tf_example import encode_example
+    from shardfeed.formats.tfrecord import write_records
+
+    params = {"version": CORPUS_VERSION, "files": FILES, "records": per_file, "seed": SEED}
+    stamp = root / ".bench-corpus.json"
+    if stamp.exists() and json.loads(stamp.read_text()).get("params") == params:
+        return json.loads(stamp.read_text())
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    words, p = _word_pool(SEED)
+    vocab = np.array(words, dtype=object)
+    for n in range(FILES):
+        rng = np.random.default_rng([SEED, 100 + n])
+        lengths = rng.integers(5, 60, per_file)
+        stream = vocab[rng.choice(len(words), size=int(lengths.sum()), p=p)]
+        vecs = rng.normal(size=(per_file, 8)).astype(np.float32)
+        records, start = [], 0
+        for i, end in enumerate(np.cumsum(lengths).tolist()):
+            features = {
+                "id": ("int64", [n * per_file + i]),
+                "label": ("int64", [i % 10]),
+                "score": ("float", [(i % 997) / 997]),
+                "vec": ("float", vecs[i]),
+                "text": ("bytes", [" ".join(stream[start:end]).encode()]),
+                "tags": ("bytes", [b"tag%d" % ((i + k) % 50) for k in range(1 + i % 3)]),
+            }
+            records.append(encode_example(features))
+            start = end
+        with open(root / f"part-{n:05d}.tfrecord", "wb") as sink:
+            write_records(sink, records)
+    info = {"params": params, "samples": FILES * per_file, "bytes": bc.tree_bytes(root)[1]}
     stamp.write_text(json.dumps(info))
     return info
 
@@ -168,9 +216,52 @@ def peer_mds(src: str, dst: str, shard_bytes: int) -> dict:
     return {"work_s": time.perf_counter() - started, "samples": samples, "note": note}
 
 
+def peer_tfrecord(src: str, dst: str, shards: int) -> dict:
+    """The ``tfrecord`` package's reader into pyarrow: every record parsed (its protobuf
+    ``Example``), columns built, permuted and written as ``shards`` zstd Parquet files."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from tfrecord.reader import tfrecord_loader
+
+    started = time.perf_counter()
+    kinds = {"id": "int", "label": "int", "score": "float", "vec": "float"}
+    kinds.update({"text": "byte", "tags": "byte"})
+    columns: dict[str, list] = {name: [] for name in kinds}
+    for path in _inputs(src, ".tfrecord"):
+        for record in tfrecord_loader(path, None, kinds):
+            columns["id"].append(int(record["id"][0]))
+            columns["label"].append(int(record["label"][0]))
+            columns["score"].append(float(record["score"][0]))
+            columns["vec"].append(record["vec"])
+            columns["text"].append(record["text"].decode())
+            columns["tags"].append(record["tags"])
+    vec = np.stack(columns.pop("vec")).astype(np.float32)
+    tags = columns.pop("tags")
+    table = pa.table(
+        {
+            **columns,
+            "vec": pa.FixedSizeListArray.from_arrays(pa.array(vec.ravel()), 8),
+            # one value comes back as bytes, several as a numpy array of bytes
+            "tags": pa.array(
+                [[t.decode()] if isinstance(t, bytes) else [x.decode() for x in t] for t in tags]
+            ),
+        }
+    )
+    table = table.take(np.random.default_rng(PEER_SEED).permutation(table.num_rows))
+    os.makedirs(dst, exist_ok=True)
+    bounds = np.linspace(0, table.num_rows, shards + 1).astype(int)
+    for k in range(shards):
+        part = table.slice(bounds[k], bounds[k + 1] - bounds[k])
+        pq.write_table(part, os.path.join(dst, f"shard-{k:05d}.parquet"), compression="zstd")
+    return {"work_s": time.perf_counter() - started, "samples": table.num_rows}
+
+
 def run_peer(argv: list[str]) -> int:
     name, src, dst, shards, fmt, shard_bytes = argv
-    if name == "plain":
+    if name == "tfrecord":
+        out = peer_tfrecord(src, dst, int(shards))
+    elif name == "plain":
         out = peer_plain(src, dst, int(shards), fmt)
     elif name == "hf":
         out = peer_hf(src, dst, int(shards), fmt)
@@ -245,6 +336,16 @@ def plan_runs(kind: str, corpus: Path, out: Path, info: dict, names: list[str]) 
     payload = info["payload"]
     target = payload // SHARDS + 1
     runs = []
+    if kind == "tfrecord":
+        for name in names:
+            if name.startswith("sf-"):
+                workers = int(name[3])
+                cmd = shardfeed_cmd(corpus, out / name, target, workers)
+                runs.append((name, cmd, WARM_SF_2W if workers > 1 else WARM_SF))
+            else:
+                cmd = [py, me, "_peer", name, str(corpus), str(out / name), str(SHARDS), "", "0"]
+                runs.append((name, cmd, "import tfrecord.reader, pyarrow.parquet"))
+        return runs
     if kind == "text-gz":
         for name in names:
             _, what, shards = name.split("-")
@@ -279,6 +380,12 @@ def summarise(kind: str, results: list[bc.Result], samples: int) -> dict:
         out["zst_64_over_4"] = ratio("sf-zst-4", "sf-zst-64")
         out["gz_over_plain"] = ratio("sf-jsonl-4", "sf-gz-4")
         out["zst_over_plain"] = ratio("sf-jsonl-4", "sf-zst-4")
+    elif kind == "tfrecord":
+        best = max((n for n in ("sf-1w", "sf-2w") if n in tput), key=tput.get, default=None)
+        if best:
+            out["vs_tfrecord"] = ratio(best, "tfrecord")
+            out["best_shardfeed"] = best
+        out["scale_2w"] = ratio("sf-2w", "sf-1w")
     else:
         best = max((n for n in ("sf-1w", "sf-2w") if n in tput), key=tput.get, default=None)
         if best:
@@ -302,17 +409,27 @@ def run_kind(
     """Generate (or reuse) the corpus, run the contenders of ``kind``, print the table and
     return the kind's summary block."""
     started = time.perf_counter()
-    corpus = workdir / "text-corpus"
-    info = make_text_corpus(corpus, QUICK_DOCS if quick else FULL_DOCS)
+    if kind == "tfrecord":
+        corpus = workdir / "tfrecord-corpus"
+        info = make_tfrecord_corpus(corpus, TF_QUICK if quick else TF_FULL)
+        info = {**info, "payload": info["bytes"], "bytes": {"tfrecord": info["bytes"]}}
+    else:
+        corpus = workdir / "text-corpus"
+        info = make_text_corpus(corpus, QUICK_DOCS if quick else FULL_DOCS)
     samples = info["samples"]
     print(
-        f"bench: text corpus {corpus}: {samples:,} documents in {FILES} files, "
+        f"bench: corpus {corpus}: {samples:,} records in {FILES} files, "
         + ", ".join(f"{k} {v / 1e6:.1f} MB" for k, v in info["bytes"].items())
         + f" ({time.perf_counter() - started:.1f} s to make or reuse)",
         file=sys.stderr,
         flush=True,
     )
-    default = {"text": TEXT_CONTENDERS, "parquet": PARQUET_CONTENDERS, "text-gz": GZ_CONTENDERS}
+    default = {
+        "text": TEXT_CONTENDERS,
+        "parquet": PARQUET_CONTENDERS,
+        "text-gz": GZ_CONTENDERS,
+        "tfrecord": TFRECORD_CONTENDERS,
+    }
     chosen = [n for n in (names or default[kind]) if n in default[kind]]
     out, logs = workdir / "outputs" / kind, workdir / "logs" / kind
     out.mkdir(parents=True, exist_ok=True)
@@ -322,12 +439,12 @@ def run_kind(
         run_one(name, cmd, warm, out / name, logs, samples, timeout, can_drop)
         for name, cmd, warm in plan_runs(kind, corpus, out, info, chosen)
     ]
-    source = {"text": "jsonl", "parquet": "parquet", "text-gz": "jsonl"}[kind]
+    source = {"text": "jsonl", "parquet": "parquet", "text-gz": "jsonl"}.get(kind, kind)
     print()
     print(
-        f"kind {kind}: {samples:,} documents, {info['bytes'][source] / 1e6:.1f} MB of {source} "
-        f"in {FILES} files (gz {info['bytes']['gz'] / 1e6:.1f} MB, zst "
-        f"{info['bytes']['zst'] / 1e6:.1f} MB); page cache "
+        f"kind {kind}: {samples:,} records, "
+        + ", ".join(f"{k} {v / 1e6:.1f} MB" for k, v in info["bytes"].items())
+        + f", in {FILES} files; page cache "
         + ("dropped before each contender" if can_drop else "NOT dropped")
     )
     print(bc.fmt_table(results, samples, info["bytes"][source]))

@@ -25,7 +25,7 @@ import importlib.metadata as md
 import sys
 
 assert md.version("torch").split("+")[0] == sys.argv[1]
-for name in ("apache-beam", "webdataset", "mosaicml-streaming", "datasets", "shardfeed"):
+for name in ("apache-beam", "webdataset", "mosaicml-streaming", "datasets", "tfrecord", "shardfeed"):
     md.version(name)
 import shardfeed  # noqa: F401  (an editable install of this checkout)
 PY

@@ -17,7 +17,6 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import apache_beam as beam
@@ -27,31 +26,28 @@ import pyarrow.compute as pc
 from apache_beam.typehints.decorators import no_annotations
 
 from shardfeed.formats.atomic import atomic_write_bytes
-from shardfeed.formats.publish import DatasetOptions, ShardOutcome, add_videos, build_shard
+from shardfeed.formats.publish import ShardOutcome, add_videos, build_shard
 from shardfeed.formats.shard_writer import SHARD_WRITER_VERSION
 from shardfeed.formats.sources.base import (
-    RowsScan,
     SourceReader,
     SplittableSource,
-    SpoolingSource,
     UnitRef,
 )
-from shardfeed.formats.spool import SPOOL_SUFFIX, SpoolWriter, read_rows, unit_rows
 from shardfeed.formats.unit_table import (
     UNIT_SUFFIX,
     locator_texts,
     read_unit_group,
     read_unit_table,
-    row_locators,
-    spool_starts,
     unit_refs,
     unit_table,
-    work_part,
     write_totals,
     write_unit_groups,
     write_unit_table,
 )
 from shardfeed.pipelines.dedup import DropDuplicates
+from shardfeed.pipelines.graph_config import (
+    GraphConfig,
+)
 from shardfeed.pipelines.plan_stage import Plan, PlanSettings, hot_positions, load_plan, plan_files
 from shardfeed.pipelines.spec_stage import (
     PieceTuple,
@@ -60,6 +56,12 @@ from shardfeed.pipelines.spec_stage import (
     piece_name,
     save_inferred,
 )
+from shardfeed.pipelines.spool_stage import (
+    UnitArrays,
+    read_units,
+    scan_into_spool,
+    spools,
+)
 from shardfeed.pipelines.stats_combine import MergeShardStats, StatsState, save_merged_stats
 from shardfeed.planning.shard_plan import ContiguousPlan, ShardPlan, buckets_of, hot_buckets
 from shardfeed.schemas.errors import ShardfeedError
@@ -67,46 +69,6 @@ from shardfeed.schemas.features import FeatureSpec
 from shardfeed.schemas.manifest import canonical_json
 from shardfeed.schemas.rejects import RejectRecord
 from shardfeed.transforms.hashing import shuffle_keys
-
-_SEGMENTS = 1 << 20  # spool segment ids: piece index * _SEGMENTS + segment number
-DEFAULT_PIECE_BYTES = 256 << 20  # a scan task's input: a few seconds of work, bounded memory
-WORK_DIR = ".shardfeed-work"  # under DST while a run is in flight; removed after publishing
-PREVIOUS = "previous-shards"  # sidecars of an interrupted run, under WORK_DIR, checked for reuse
-
-
-@dataclass(frozen=True)
-class GraphConfig:
-    dst: str
-    seed: int
-    options: DatasetOptions
-    #: one named split of ``convert --split``: its work dir is ``WORK_DIR/split-NAME``, and its
-    #: shards, rows and episodes are numbered on from the previous splits'
-    split: str | None = None
-    #: input bytes per scan task: a larger JSONL or Parquet file is scanned as several pieces;
-    #: also the decoded bytes per spool segment
-    piece_bytes: int = DEFAULT_PIECE_BYTES
-    #: the plan is shuffled: spool segments are sorted by bucket, so that each shard (a range of
-    #: buckets) reads one run of rows from each (``--no-shuffle`` keeps them in source order)
-    sort_spools: bool = True
-    shard_offset: int = 0
-    row_offset: int = 0
-    unit_offset: int = 0
-    work: str = field(init=False)
-
-    def __post_init__(self) -> None:
-        work = os.path.join(self.dst, WORK_DIR)
-        if self.split is not None:
-            work = os.path.join(work, f"split-{self.split}")
-        object.__setattr__(self, "work", work)
-
-    def sidecar(self, number: int, *, previous: bool = False) -> str:
-        """Work path of shard ``number``'s JSON sidecar (its outcome and the digest of its inputs);
-        ``previous``: the one an interrupted earlier run left, which this run may reuse."""
-        return os.path.join(self.work, PREVIOUS if previous else "shards", f"{number:06d}.json")
-
-    def part(self, kind: str, source_file: str, suffix: str) -> str:
-        """Work path of one source file's part (units, totals, rejects), named by a stable hash."""
-        return work_part(self.work, kind, source_file, suffix)
 
 
 @no_annotations  # a SourceReader is a Protocol, which Beam 2.78's type check cannot compare
@@ -136,7 +98,7 @@ def scan_file(
     spec = spec or load_spec(config.work)
     spooled = spools(source, file)
     if spooled:
-        columns, rejects = _scan_spooled(file, 0, source.scan_rows(file, spec), spec, config)
+        columns, rejects = scan_into_spool(file, 0, source.scan_rows(file, spec), spec, config)
     else:
         result = source.scan(file, spec)
         columns, rejects = _ref_columns(file, result.units), result.rejects
@@ -154,7 +116,7 @@ def scan_piece(
     file, index, start, stop, first = piece
     spec = spec or load_spec(config.work)
     rows = source.scan_piece(file, spec, start, stop, first)
-    columns, rejects = _scan_spooled(file, index, rows, spec, config)
+    columns, rejects = scan_into_spool(file, index, rows, spec, config)
     whole = (start, stop) == (0, -1)  # the file's only piece: no joining needed
     name = file if whole else piece_name(file, index)
     _save_scan(name, file, columns, rejects, True, config)
@@ -189,15 +151,6 @@ def merge_pieces(item: tuple[str, Iterable[int]], config: GraphConfig) -> str:
     return file
 
 
-def spools(source: SourceReader, file: str) -> bool:
-    """Whether ``file`` is scanned into a spool: a spooling source's files are, unless it says
-    otherwise for this one (``spools(file)``: WebDataset spools only its gzip shards)."""
-    if not isinstance(source, SpoolingSource):
-        return False
-    choose = getattr(source, "spools", None)
-    return choose is None or bool(choose(file))
-
-
 def _save_scan(
     name: str,
     file: str,
@@ -226,10 +179,6 @@ def _save_rejects(name: str, rejects: list[RejectRecord], config: GraphConfig) -
         atomic_write_bytes(config.part("rejects", name, ".jsonl"), body)
 
 
-#: One file's units as arrays: positions, rows, payload bytes, content hashes, locator texts.
-UnitArrays = tuple[np.ndarray, np.ndarray, np.ndarray, list[str], Any]
-
-
 def _ref_columns(file: str, refs: Sequence[UnitRef]) -> UnitArrays:
     """The arrays of a source that scans into :class:`UnitRef` objects."""
     for ref in refs:
@@ -242,115 +191,6 @@ def _ref_columns(file: str, refs: Sequence[UnitRef]) -> UnitArrays:
         [r.content_hash for r in refs],
         locator_texts([r.locator for r in refs]),
     )
-
-
-def _scan_spooled(
-    file: str, index: int, parts: Iterable[RowsScan], spec: FeatureSpec, config: GraphConfig
-) -> tuple[UnitArrays, list[RejectRecord]]:
-    """Spool the rows of piece ``index`` of ``file`` (0: the whole file), in segments of about
-    ``config.piece_bytes`` decoded bytes; each unit's locator is ``[segment id, its first row
-    there]``. With ``config.sort_spools`` a segment's units are written in bucket order, so a
-    shard of the (bucket-range) plan takes one run of rows from it; memory holds one segment."""
-    held: list[RowsScan] = []
-    out: list[tuple[np.ndarray, np.ndarray, np.ndarray, list[str], np.ndarray, np.ndarray]] = []
-    rejects: list[RejectRecord] = []
-    held_bytes = 0
-
-    def flush() -> None:
-        segment = index * _SEGMENTS + len(out)
-        path = config.part("spool", piece_name(file, segment), SPOOL_SUFFIX)
-        positions = np.concatenate([p.positions for p in held])
-        rows = np.concatenate([p.rows for p in held])
-        payload = np.concatenate([p.payload for p in held])
-        hashes = [h for p in held for h in p.hashes]
-        table = pa.concat_tables([p.table for p in held])
-        order = np.arange(len(positions))
-        if config.sort_spools:
-            keys = shuffle_keys(config.seed, hashes, file, positions)
-            buckets = buckets_of(keys, payload, config.options.target_shard_bytes)
-            order = np.argsort(buckets, kind="stable")
-            firsts = np.cumsum(rows) - rows
-            table = table.take(pa.array(unit_rows(firsts[order], rows[order])))
-        with SpoolWriter(path, spec.arrow_schema()) as spool:
-            spool.write(table)
-        starts = np.empty(len(order), np.int64)
-        starts[order] = np.cumsum(rows[order]) - rows[order]
-        ids = np.full(len(order), segment, np.int64)
-        out.append((positions, rows, payload, hashes, starts, ids))
-        held.clear()
-
-    for part in parts:
-        rejects.extend(part.rejects)
-        if len(part.positions):
-            held.append(part)
-            held_bytes += part.table.nbytes
-        if held_bytes >= config.piece_bytes:
-            flush()
-            held_bytes = 0
-    if held or not out:
-        if not held:  # an empty file still gets an (empty) spool
-            held.append(
-                RowsScan(*(np.zeros(0, np.int64),) * 3, [], spec.arrow_schema().empty_table())
-            )
-        flush()
-    positions, rows, payload = (np.concatenate([o[k] for o in out]) for k in range(3))
-    hashes = [h for o in out for h in o[3]]
-    starts, ids = (np.concatenate([o[k] for o in out]) for k in (4, 5))
-    return (positions, rows, payload, hashes, row_locators(ids, starts)), rejects
-
-
-def read_units(
-    units: pa.Table,
-    spooled: np.ndarray,
-    refs: Sequence[UnitRef],
-    source: SourceReader,
-    spec: FeatureSpec,
-    config: GraphConfig,
-) -> pa.Table:
-    """The rows of a shard's units, in order: spooled units from their spools, the others from
-    the source (``refs`` are all the units), put back in unit order when both kinds are there."""
-    if spooled.all():
-        return read_spooled(units, spec, config)
-    if not spooled.any():
-        return source.read(refs, spec)
-    mine = np.flatnonzero(spooled)
-    others = np.flatnonzero(~spooled)
-    first = read_spooled(units.take(pa.array(mine)), spec, config)
-    second = source.read([refs[i] for i in others.tolist()], spec)
-    if second.schema != first.schema:
-        second = second.select(first.schema.names).cast(first.schema)
-    counts = units.column("rows").to_numpy()
-    starts = np.cumsum(counts) - counts  # each unit's first row in the shard
-    where = np.empty(int(counts.sum()), np.int64)  # shard row -> row of the joined tables
-    where[unit_rows(starts[mine], counts[mine])] = np.arange(first.num_rows)
-    where[unit_rows(starts[others], counts[others])] = first.num_rows + np.arange(second.num_rows)
-    return pa.concat_tables([first, second]).take(pa.array(where))
-
-
-def read_spooled(units: pa.Table, spec: FeatureSpec, config: GraphConfig) -> pa.Table:
-    """The rows of ``units`` (a unit table, in output order) from their pieces' spools: each
-    spool is read once, front to back, only the record batches holding the shard's rows."""
-    schema = spec.arrow_schema()
-    files = pc.dictionary_encode(units.column("file")).combine_chunks()
-    names = files.dictionary.to_pylist()
-    counts = units.column("rows").to_numpy()
-    pieces, starts = spool_starts(units)
-    codes = files.indices.to_numpy().astype(np.int64)
-    width = int(pieces.max()) + 1
-    spools, which = np.unique(codes * width + pieces, return_inverse=True)  # (file, piece)
-    # every row the shard takes, by spool then row: each spool is read front to back, once
-    spool_of_row = np.repeat(which, counts)
-    local = unit_rows(starts, counts)
-    order = np.lexsort((local, spool_of_row))
-    bounds = np.searchsorted(spool_of_row[order], np.arange(len(spools) + 1))
-    parts = []
-    for s, key in enumerate(spools.tolist()):
-        path = config.part("spool", piece_name(names[key // width], key % width), SPOOL_SUFFIX)
-        parts.append(read_rows(path, local[order[bounds[s] : bounds[s + 1]]], schema))
-    taken = pa.concat_tables(parts).combine_chunks()  # the shard's rows only
-    inverse = np.empty_like(order)
-    inverse[order] = np.arange(len(order), dtype=order.dtype)
-    return taken.take(pa.array(inverse))
 
 
 def keyed_by_shard(file: str, config: GraphConfig) -> Iterable[tuple[int, tuple[str, int]]]:

@@ -44,7 +44,7 @@ from shardfeed.planning.dedup import first_occurrences
 from shardfeed.schemas.manifest import DUPLICATES_PATH, FileRecord
 
 if TYPE_CHECKING:  # convert.py wires this module in; a runtime import would be circular
-    from shardfeed.pipelines.convert import GraphConfig
+    from shardfeed.pipelines.graph_config import GraphConfig
 
 #: hash-prefix groups: a group holds about 1/256 of the units (all copies of a content are in one)
 HASH_PARTS = 256

@@ -28,14 +28,14 @@ from shardfeed.formats.rejects import REJECTS_DIR
 from shardfeed.formats.shard_writer import DEFAULT_ROW_GROUP_BYTES
 from shardfeed.formats.sources import SourceReader, detect_kind, open_source
 from shardfeed.formats.sources.base import DatasetMeta
-from shardfeed.pipelines.convert import (
+from shardfeed.pipelines.convert import ConvertFiles
+from shardfeed.pipelines.dedup import publish_duplicates
+from shardfeed.pipelines.graph_config import (
     DEFAULT_PIECE_BYTES,
     PREVIOUS,
     WORK_DIR,
-    ConvertFiles,
     GraphConfig,
 )
-from shardfeed.pipelines.dedup import publish_duplicates
 from shardfeed.pipelines.object_store import object_stores
 from shardfeed.pipelines.plan_stage import (
     HotSettings,

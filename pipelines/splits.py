@@ -24,7 +24,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from shardfeed.formats.cost import resolve_cost_kind
 from shardfeed.formats.publish import ShardOutcome, prepare_root, publish
 from shardfeed.formats.sources import detect_kind
-from shardfeed.pipelines.convert import ConvertFiles, GraphConfig, InferSchema
+from shardfeed.pipelines.convert import ConvertFiles, InferSchema
 from shardfeed.pipelines.driver import (
     ConvertConfig,
     ConvertSummary,
@@ -37,6 +37,7 @@ from shardfeed.pipelines.driver import (
     _run,
     checked_outcomes,
 )
+from shardfeed.pipelines.graph_config import GraphConfig
 from shardfeed.pipelines.plan_stage import PlanSettings, read_plan_info
 from shardfeed.pipelines.progress import WorkDirProgress
 from shardfeed.pipelines.spec_stage import merge_inferred

@@ -44,7 +44,8 @@ from shardfeed.formats.publish import (
     prepare_root,
     publish,
 )
-from shardfeed.pipelines.convert import WORK_DIR, renumber
+from shardfeed.pipelines.convert import renumber
+from shardfeed.pipelines.graph_config import WORK_DIR
 from shardfeed.planning.shard_plan import BucketTotal, ShardPlan, bucket_of, plan_shards
 from shardfeed.schemas.errors import ShardfeedError
 from shardfeed.schemas.features import Feature, FeatureSpec

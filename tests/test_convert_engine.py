@@ -342,7 +342,7 @@ def test_few_units_per_shard_fall_back_to_packing():
 
 def test_shard_writers_read_each_spool_about_once(tmp_path, monkeypatch):
     from shardfeed.formats import spool as spool_module
-    from shardfeed.pipelines import convert as convert_module
+    from shardfeed.pipelines import spool_stage
 
     src = tmp_path / "src"
     src.mkdir()
@@ -359,7 +359,7 @@ def test_shard_writers_read_each_spool_about_once(tmp_path, monkeypatch):
         touched.append((path, len(batches), len(sizes)))
         return read_rows(path, rows, schema)
 
-    monkeypatch.setattr(convert_module, "read_rows", spy)
+    monkeypatch.setattr(spool_stage, "read_rows", spy)
     dst = tmp_path / "out"
     assert main(["convert", str(src), str(dst), "--target-shard-size", "1MB"]) == 0
     shards = len(open_dataset(dst).shards)

@@ -8,6 +8,7 @@ gives byte-identical results however the work was split.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,18 @@ QUANTILES: dict[str, float] = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.9
 STAT_KEYS = ("min", "max", "mean", "std", "count", *QUANTILES)
 DEFAULT_SKETCH_SIZE = 2048
 SKETCH_VALUES_BUDGET = 1 << 22  # float64 values per sketch level: 32 MiB, whatever the tensor width
+
+
+def _pack(values: np.ndarray) -> str:
+    """A float64 array as base64 text (``to_state``)."""
+    return base64.b64encode(np.ascontiguousarray(values, dtype="<f8").tobytes()).decode("ascii")
+
+
+def _unpack(packed: str | list) -> np.ndarray:
+    """``_pack``'s text (or a plain list of numbers) back as a float64 array."""
+    if isinstance(packed, str):
+        return np.frombuffer(base64.b64decode(packed), dtype="<f8").astype(np.float64)
+    return np.asarray(packed, dtype=np.float64)
 
 
 def sketch_size_for(width: int) -> int:
@@ -131,7 +144,9 @@ class FeatureStats:
                 "min": self._min.tolist(),
                 "max": self._max.tolist(),
                 "dtype": str(self._min.dtype),
-                "levels": [lvl.tolist() for lvl in self._levels],
+                # base64 of little-endian float64: a sketch holds thousands of values per level,
+                # and a list of Python floats cost about 1 ms per feature and shard to build
+                "levels": [_pack(lvl) for lvl in self._levels],
                 "parity": list(self._parity),
             }
         return {
@@ -156,9 +171,7 @@ class FeatureStats:
             stats._m2 = np.asarray(arrays["m2"], dtype=np.float64)
             stats._min = np.asarray(arrays["min"], dtype=arrays["dtype"])
             stats._max = np.asarray(arrays["max"], dtype=arrays["dtype"])
-            stats._levels = [
-                np.asarray(lvl, dtype=np.float64).reshape(-1, width) for lvl in arrays["levels"]
-            ]
+            stats._levels = [_unpack(lvl).reshape(-1, width) for lvl in arrays["levels"]]
             stats._parity = [int(p) for p in arrays["parity"]]
         return stats
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 
@@ -70,3 +71,18 @@ def test_a_shard_reported_twice_must_agree():
     assert list(acc) == [number]
     with pytest.raises(ValueError, match="summarised twice"):
         fn.add_input(acc, (number, other))
+
+
+def test_state_packs_sketch_levels_and_reads_both_forms():
+    rng = np.random.default_rng(5)
+    stats = FeatureStats((2,)).add(rng.normal(size=(5000, 2)))
+    state = json.loads(json.dumps(stats.to_state()))
+    assert all(isinstance(level, str) for level in state["arrays"]["levels"])
+    again = FeatureStats.from_state(state)
+    assert again.to_state() == stats.to_state()
+    listed = json.loads(json.dumps(state))  # an older sidecar's plain lists read the same
+    listed["arrays"]["levels"] = [
+        np.frombuffer(base64.b64decode(level), "<f8").tolist()
+        for level in state["arrays"]["levels"]
+    ]
+    assert FeatureStats.from_state(listed).to_state() == stats.to_state()

@@ -228,6 +228,18 @@ def test_a_large_jsonl_file_is_scanned_in_pieces_with_the_unsplit_output(
     assert open_dataset(cut).manifest.rejects.total == 2  # the bad line and the textless one
 
 
+def test_pieces_give_the_same_output_on_dask_and_multi_processing(tmp_path):
+    pytest.importorskip("distributed")
+    src = _big_jsonl(tmp_path / "src")
+    args = ["--target-shard-size", "40KB", "--max-reject-fraction", "0.1", "--task-size", "20KB"]
+    local, dask, procs = tmp_path / "local", tmp_path / "dask", tmp_path / "procs"
+    assert main(["convert", str(src), str(local), *args]) == 0
+    assert main(["convert", str(src), str(dask), *args, "--dask-local-workers", "2"]) == 0
+    multi = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+    assert main(["convert", str(src), str(procs), *args, *multi]) == 0
+    assert _tree(local) == _tree(dask) == _tree(procs)
+
+
 def test_a_parquet_file_of_many_row_groups_is_scanned_in_pieces(tmp_path):
     src = tmp_path / "src"
     src.mkdir()

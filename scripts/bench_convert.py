@@ -74,7 +74,7 @@ QUICK = {"files": 3_000, "classes": 100, "min_kb": 10, "max_kb": 30, "shard": "1
 ALL_CONTENDERS = ("cp", "wds", "mds", "sf-header-1w", "sf-header-2w", "sf-full-1w")
 PEERS = ("wds", "mds")
 SF_HEADER = ("sf-header-1w", "sf-header-2w")
-KINDS = ("image", "text", "text-gz", "parquet", "tfrecord")
+KINDS = ("image", "text", "text-gz", "parquet", "tfrecord", "lerobot")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -722,7 +722,8 @@ def main(argv: list[str] | None = None) -> int:
         choices=(*KINDS, "all"),
         default="image",
         help="which corpus: image (an image folder), text (JSONL), text-gz (.jsonl.gz/.zst at 4 "
-        "and 64 shards), parquet, tfrecord (tf.train.Example); all runs them in turn (scripts/bench_convert_text.py has the "
+        "and 64 shards), parquet, tfrecord (tf.train.Example), lerobot (v2.1 -> v3.0 against "
+        "LeRobot's own converter); all runs them in turn (scripts/bench_convert_text.py has the "
         "text kinds' contenders)",
     )
     args = parser.parse_args(argv)
@@ -733,6 +734,18 @@ def main(argv: list[str] | None = None) -> int:
     for kind in kinds:
         if kind == "image":
             blocks[kind] = run_image(args, parser)
+        elif kind == "lerobot":
+            import bench_convert_lerobot
+
+            workdir = (args.workdir or REPO / "out" / "bench" / "text").resolve()
+            workdir.mkdir(parents=True, exist_ok=True)
+            names = (
+                None if args.contenders == ",".join(ALL_CONTENDERS) else args.contenders.split(",")
+            )
+            timeout = args.timeout or (300 if args.quick else 1800)
+            blocks[kind] = bench_convert_lerobot.run_kind(
+                workdir, args.quick, names, timeout, not args.no_drop_caches
+            )
         else:
             import bench_convert_text
 

@@ -17,6 +17,8 @@
 #   - the packages lerobot's dataset loading path imports (datasets, huggingface-hub, accelerate,
 #     av, pandas, packaging), inside lerobot 0.4.4's own version ranges;
 #   - shardfeed itself, editable, with [beam] (the test runs `shardfeed convert`), and pytest;
+#   - jsonlines, which LeRobot's v2.1 -> v3.0 converter imports (`scripts/bench_convert.sh --kind
+#     lerobot` runs it in this venv);
 #   - then lerobot==0.4.4 with --no-deps: it pins torch<2.11, which has no wheel here, and pulls
 #     robot, policy and logging packages (wandb, rerun-sdk, opencv, gymnasium, ...) that loading a
 #     dataset does not use.
@@ -51,7 +53,7 @@ if [[ "$(cat "$STAMP" 2>/dev/null || true)" != "$WANT" ]]; then
     echo "test_lerobot_interop: installing torch==$TORCH, lerobot==$LEROBOT (--no-deps) and -e '.[beam]' into $VENV"
     pip_quiet "torch==$TORCH" "torchvision==$TORCHVISION" \
         "datasets>=4.0,<5" "huggingface-hub>=0.34.2,<0.36" "accelerate>=1.10,<2" "av>=15,<16" \
-        "pandas>=2.0" "packaging>=24.2,<26" "pytest>=8" -e '.[beam]'
+        "pandas>=2.0" "packaging>=24.2,<26" "jsonlines>=4" "pytest>=8" -e '.[beam]'
     pip_quiet --no-deps "lerobot==$LEROBOT"
     echo "$WANT" >"$STAMP"
 fi

@@ -61,6 +61,7 @@ from shardfeed.pipelines.spool_stage import (
     read_units,
     scan_into_spool,
     spools,
+    unit_keys,
 )
 from shardfeed.pipelines.stats_combine import MergeShardStats, StatsState, save_merged_stats
 from shardfeed.planning.shard_plan import ContiguousPlan, ShardPlan, buckets_of, hot_buckets
@@ -68,7 +69,6 @@ from shardfeed.schemas.errors import ShardfeedError
 from shardfeed.schemas.features import FeatureSpec
 from shardfeed.schemas.manifest import canonical_json
 from shardfeed.schemas.rejects import RejectRecord
-from shardfeed.transforms.hashing import shuffle_keys
 
 
 @no_annotations  # a SourceReader is a Protocol, which Beam 2.78's type check cannot compare
@@ -98,11 +98,13 @@ def scan_file(
     spec = spec or load_spec(config.work)
     spooled = spools(source, file)
     if spooled:
-        columns, rejects = scan_into_spool(file, 0, source.scan_rows(file, spec), spec, config)
+        columns, rejects, keys = scan_into_spool(
+            file, 0, source.scan_rows(file, spec), spec, config
+        )
     else:
         result = source.scan(file, spec)
-        columns, rejects = _ref_columns(file, result.units), result.rejects
-    _save_scan(file, file, columns, rejects, spooled, config)
+        columns, rejects, keys = _ref_columns(file, result.units), result.rejects, None
+    _save_scan(file, file, columns, rejects, spooled, config, keys)
     beam.metrics.Metrics.counter("shardfeed", "files").inc()
     return file
 
@@ -116,10 +118,10 @@ def scan_piece(
     file, index, start, stop, first = piece
     spec = spec or load_spec(config.work)
     rows = source.scan_piece(file, spec, start, stop, first)
-    columns, rejects = scan_into_spool(file, index, rows, spec, config)
+    columns, rejects, keys = scan_into_spool(file, index, rows, spec, config)
     whole = (start, stop) == (0, -1)  # the file's only piece: no joining needed
     name = file if whole else piece_name(file, index)
-    _save_scan(name, file, columns, rejects, True, config)
+    _save_scan(name, file, columns, rejects, True, config, keys)
     return file, index
 
 
@@ -158,12 +160,16 @@ def _save_scan(
     rejects: list[RejectRecord],
     spooled: bool,
     config: GraphConfig,
+    keys: np.ndarray | None = None,
 ) -> None:
     """Write a scan's unit table, bucket totals and rejects under part name ``name`` (the
-    file's, or a piece's); keys and buckets are computed with array operations, not per unit."""
+    file's, or a piece's); keys (unless the spool already computed them) and buckets are
+    computed with array operations, not per unit."""
     positions, rows, payload, hashes, locators = columns
-    keys = shuffle_keys(config.seed, hashes, file, positions)
-    buckets = buckets_of(keys, payload, config.options.target_shard_bytes)
+    if keys is None:
+        keys, buckets = unit_keys(file, positions, hashes, payload, config)
+    else:
+        buckets = buckets_of(keys, payload, config.options.target_shard_bytes)
     table = unit_table(file, positions, rows, payload, hashes, locators, keys, buckets, spooled)
     write_unit_table(config.part("units", name, UNIT_SUFFIX), table)
     write_totals(config.part("totals", name, UNIT_SUFFIX), table)

@@ -36,13 +36,14 @@ def spools(source: SourceReader, file: str) -> bool:
 
 def scan_into_spool(
     file: str, index: int, parts: Iterable[RowsScan], spec: FeatureSpec, config: GraphConfig
-) -> tuple[UnitArrays, list[RejectRecord]]:
+) -> tuple[UnitArrays, list[RejectRecord], np.ndarray]:
     """Spool the rows of piece ``index`` of ``file`` (0: the whole file), in segments of about
     ``config.piece_bytes`` decoded bytes; each unit's locator is ``[segment id, its first row
     there]``. With ``config.sort_spools`` a segment's units are written in bucket order, so a
-    shard of the (bucket-range) plan takes one run of rows from it; memory holds one segment."""
+    shard of the (bucket-range) plan takes one run of rows from it; memory holds one segment.
+    Returns the units' arrays, the rejects and the units' shuffle keys (``unit_keys``)."""
     held: list[RowsScan] = []
-    out: list[tuple[np.ndarray, np.ndarray, np.ndarray, list[str], np.ndarray, np.ndarray]] = []
+    out: list[tuple] = []  # per segment: positions, rows, payload, hashes, starts, ids, keys
     rejects: list[RejectRecord] = []
     held_bytes = 0
 
@@ -55,9 +56,8 @@ def scan_into_spool(
         hashes = [h for p in held for h in p.hashes]
         table = pa.concat_tables([p.table for p in held])
         order = np.arange(len(positions))
+        keys, buckets = unit_keys(file, positions, hashes, payload, config)
         if config.sort_spools:
-            keys = shuffle_keys(config.seed, hashes, file, positions)
-            buckets = buckets_of(keys, payload, config.options.target_shard_bytes)
             order = np.argsort(buckets, kind="stable")
             firsts = np.cumsum(rows) - rows
             table = table.take(pa.array(unit_rows(firsts[order], rows[order])))
@@ -66,7 +66,7 @@ def scan_into_spool(
         starts = np.empty(len(order), np.int64)
         starts[order] = np.cumsum(rows[order]) - rows[order]
         ids = np.full(len(order), segment, np.int64)
-        out.append((positions, rows, payload, hashes, starts, ids))
+        out.append((positions, rows, payload, hashes, starts, ids, keys))
         held.clear()
 
     for part in parts:
@@ -85,8 +85,16 @@ def scan_into_spool(
         flush()
     positions, rows, payload = (np.concatenate([o[k] for o in out]) for k in range(3))
     hashes = [h for o in out for h in o[3]]
-    starts, ids = (np.concatenate([o[k] for o in out]) for k in (4, 5))
-    return (positions, rows, payload, hashes, row_locators(ids, starts)), rejects
+    starts, ids, keys = (np.concatenate([o[k] for o in out]) for k in (4, 5, 6))
+    return (positions, rows, payload, hashes, row_locators(ids, starts)), rejects, keys
+
+
+def unit_keys(
+    file: str, positions: np.ndarray, hashes: list[str], payload: np.ndarray, config: GraphConfig
+) -> tuple[np.ndarray, np.ndarray]:
+    """Units' shuffle keys and buckets (``shuffle_keys``, ``buckets_of``), for a whole array."""
+    keys = shuffle_keys(config.seed, hashes, file, positions)
+    return keys, buckets_of(keys, payload, config.options.target_shard_bytes)
 
 
 def read_units(

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 import bench_convert as bc
+from bench_convert_text import run_one, write_parts
 
 REPO = Path(__file__).resolve().parent.parent
 LEROBOT_VENV = REPO / ".venv-lerobot"
@@ -179,19 +180,13 @@ def _declare_torchvision_ops() -> None:
 
 def peer_plain(src: str, dst: str, shard_bytes: int) -> dict:
     """Every episode file read, concatenated, written as zstd Parquet files of ``shard_bytes``."""
-    import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     started = time.perf_counter()
     files = sorted(Path(src).glob("data/*/*.parquet"))
     table = pa.concat_tables(pq.read_table(f) for f in files)
-    os.makedirs(dst, exist_ok=True)
-    shards = max(1, round(table.nbytes / shard_bytes))
-    bounds = np.linspace(0, table.num_rows, shards + 1).astype(int)
-    for k in range(shards):
-        part = table.slice(bounds[k], bounds[k + 1] - bounds[k])
-        pq.write_table(part, os.path.join(dst, f"file-{k:03d}.parquet"), compression="zstd")
+    write_parts(table, dst, max(1, round(table.nbytes / shard_bytes)))
     return {"work_s": time.perf_counter() - started, "samples": table.num_rows}
 
 
@@ -223,8 +218,6 @@ def run_kind(
     results, notes = [], []
     for name in chosen:
         dst = out / name
-        if dst.exists():
-            shutil.rmtree(dst)
         if name.startswith("sf-"):
             cmd = [sys.executable, "-m", "shardfeed.cli.main", "convert", str(corpus), str(dst)]
             cmd += ["--from", "lerobot", "--target-shard-size", str(target), "--json"]
@@ -244,13 +237,9 @@ def run_kind(
         else:
             cmd = [sys.executable, me, "_plain", str(corpus), str(dst), str(target)]
             warm = "import pyarrow.parquet"
-        m, stdout, sync_s = bc.measured_run(name, cmd, warm, logs, timeout, can_drop)
-        count, extra = count_output(name, dst)
-        if count != samples:
-            raise SystemExit(f"bench: {name} wrote {count} frames, expected {samples}")
-        reported = bc.last_json(stdout)
-        work = reported.get("seconds") if name.startswith("sf-") else reported.get("work_s")
-        results.append(bc.Result.of(name, m, work, sync_s, dst, count, extra))
+        results.append(
+            run_one(name, cmd, warm, dst, logs, samples, timeout, can_drop, count_output)
+        )
     print()
     print(
         f"kind lerobot: {samples:,} frames in {info['params']['episodes']} episodes, "

@@ -36,7 +36,9 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import bench_convert as bc
 
@@ -158,6 +160,18 @@ def _inputs(src: str, suffix: str) -> list[str]:
     return sorted(str(p) for p in Path(src).glob(f"*{suffix}"))
 
 
+def write_parts(table: Any, dst: str, shards: int) -> None:
+    """``table`` cut into ``shards`` equal runs of rows, written as zstd Parquet files."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    os.makedirs(dst, exist_ok=True)
+    bounds = np.linspace(0, table.num_rows, shards + 1).astype(int)
+    for k in range(shards):
+        part = table.slice(bounds[k], bounds[k + 1] - bounds[k])
+        pq.write_table(part, os.path.join(dst, f"shard-{k:05d}.parquet"), compression="zstd")
+
+
 def peer_plain(src: str, dst: str, shards: int, fmt: str) -> dict:
     """One pyarrow pass: read every file, permute, write ``shards`` zstd Parquet files."""
     import numpy as np
@@ -171,11 +185,7 @@ def peer_plain(src: str, dst: str, shards: int, fmt: str) -> dict:
     else:
         table = pa.concat_tables(pq.read_table(f) for f in _inputs(src, ".parquet"))
     table = table.take(np.random.default_rng(PEER_SEED).permutation(table.num_rows))
-    os.makedirs(dst, exist_ok=True)
-    bounds = np.linspace(0, table.num_rows, shards + 1).astype(int)
-    for k in range(shards):
-        part = table.slice(bounds[k], bounds[k + 1] - bounds[k])
-        pq.write_table(part, os.path.join(dst, f"shard-{k:05d}.parquet"), compression="zstd")
+    write_parts(table, dst, shards)
     return {"work_s": time.perf_counter() - started, "samples": table.num_rows}
 
 
@@ -221,7 +231,6 @@ def peer_tfrecord(src: str, dst: str, shards: int) -> dict:
     ``Example``), columns built, permuted and written as ``shards`` zstd Parquet files."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.parquet as pq
     from tfrecord.reader import tfrecord_loader
 
     started = time.perf_counter()
@@ -249,11 +258,7 @@ def peer_tfrecord(src: str, dst: str, shards: int) -> dict:
         }
     )
     table = table.take(np.random.default_rng(PEER_SEED).permutation(table.num_rows))
-    os.makedirs(dst, exist_ok=True)
-    bounds = np.linspace(0, table.num_rows, shards + 1).astype(int)
-    for k in range(shards):
-        part = table.slice(bounds[k], bounds[k + 1] - bounds[k])
-        pq.write_table(part, os.path.join(dst, f"shard-{k:05d}.parquet"), compression="zstd")
+    write_parts(table, dst, shards)
     return {"work_s": time.perf_counter() - started, "samples": table.num_rows}
 
 
@@ -311,11 +316,14 @@ def run_one(
     expected: int,
     timeout: float,
     can_drop: bool,
+    count: Callable[[str, Path], tuple[int, dict]] = count_output,
 ) -> bc.Result:
+    """Run one contender measured, check its output's sample count (``count``), and return
+    its result."""
     if dst.exists():
         shutil.rmtree(dst)
     m, stdout, sync_s = bc.measured_run(name, cmd, warm, logs, timeout, can_drop)
-    samples, extra = count_output(name, dst)
+    samples, extra = count(name, dst)
     if samples != expected:
         raise SystemExit(f"bench: {name} wrote {samples} samples, expected {expected}")
     reported = bc.last_json(stdout)

@@ -49,8 +49,10 @@ from shardfeed.formats.sources.base import (
     content_digest,
 )
 from shardfeed.formats.sources.listing import list_files, source_root
+from shardfeed.formats.sources.tfrecord_columns import KindTally, is_utf8, tally_batch, type_batch
 from shardfeed.formats.storage import locate
 from shardfeed.formats.tf_example import ExampleDecodeError, decode_example
+from shardfeed.formats.tf_example_batch import decode_batch
 from shardfeed.formats.tfrecord import TFRecordError, iter_records, read_record_at
 from shardfeed.schemas.errors import ShardfeedError, UnsafePathError
 from shardfeed.schemas.features import Feature, FeatureSpec
@@ -61,7 +63,8 @@ EXAMPLE_FILES = 2  # files named per feature and kind in a schema-drift message
 #: a minority kind at or below this share of a feature's values is stray records (``field_type``
 #: rejects); above it the files disagree on the feature's type: schema drift
 DRIFT_SHARE = 0.05
-_BATCH_RECORDS = 8192  # records per spooled part
+_BATCH_RECORDS = 8192  # records per decoded batch and spooled part
+_BATCH_BYTES = 32 << 20  # ... or about this many record bytes
 MAX_RECORD_BYTES = 256 << 20  # a larger record is a reject, never held in memory
 _IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF8", b"RIFF", b"BM")
 
@@ -208,30 +211,22 @@ class TFRecordSource:
 
     # -- schema --------------------------------------------------------------------------------
     def infer(self, file: str) -> InferredExamples:
-        """Kind, length and text/image counts of every good record of ``file``."""
-        kinds: dict[str, dict[str, int]] = {}
-        lengths: dict[str, dict[str, int]] = {}
-        text: dict[str, int] = {}
-        images: dict[str, int] = {}
-        records = 0
-        for _, _, example in self._examples(file, errors=None):
-            if example is None:
-                continue
-            records += 1
-            for name, (kind, values) in example.items():
-                if kind is None or values is None or len(values) == 0:
-                    continue
-                counts = kinds.setdefault(name, {})
-                counts[kind] = counts.get(kind, 0) + 1
-                seen = lengths.setdefault(name, {})
-                seen[str(len(values))] = seen.get(str(len(values)), 0) + 1
-                if kind == "bytes":
-                    text[name] = text.get(name, 0) + all(_is_utf8(v) for v in values)
-                    images[name] = images.get(name, 0) + all(
-                        v.startswith(_IMAGE_MAGIC) for v in values
-                    )
+        """Kind, length and text/image counts of every good record of ``file``: a batch's
+        regular records counted as columns, the others one by one."""
+        tally = KindTally()
+        for batch in self._batches(file, errors=None):
+            decoded = decode_batch(batch.records)
+            tally_batch(decoded, tally, _IMAGE_MAGIC)
+            for i in np.flatnonzero(decoded.irregular).tolist():
+                example = _decoded(batch.records[i])
+                if example is not None:
+                    tally.records += 1
+                    _tally_example(example, tally)
+        kinds = tally.kinds
         files = {name: {kind: [file] for kind in held} for name, held in kinds.items()}
-        return InferredExamples(records, kinds, lengths, text, images, files)
+        return InferredExamples(
+            tally.records, kinds, tally.lengths, tally.text, tally.images, files
+        )
 
     def spec(self, inferred: Any | None = None) -> FeatureSpec:
         if not isinstance(inferred, InferredExamples):
@@ -272,31 +267,51 @@ class TFRecordSource:
         return result
 
     def scan_rows(self, file: str, spec: FeatureSpec) -> Iterator[RowsScan]:
-        """The good records of ``file`` converted to ``spec``, in parts of ``_BATCH_RECORDS``, with
-        the rejects (:class:`~shardfeed.formats.sources.base.SpoolingSource`): a gzip file is
-        inflated and every record decoded once, however many shards its records go to."""
+        """The good records of ``file`` converted to ``spec``, a batch at a time, with the
+        rejects (:class:`~shardfeed.formats.sources.base.SpoolingSource`): a gzip file is
+        inflated and every record decoded once, however many shards its records go to.
+
+        A batch's regular records are decoded and typed as columns
+        (``formats/tf_example_batch.py``, ``tfrecord_columns.py``); the others go through the
+        record decoder and ``_Converter``, and the two are merged in record order."""
         convert = _Converter(spec)
         rejects: list[RejectRecord] = []
-        positions: list[int] = []
-        payload: list[int] = []
-        hashes: list[str] = []
-        rows: list[list[Any]] = []
-        for position, (_, data, example) in enumerate(self._examples(file, rejects)):
-            if example is not None:
-                try:
-                    values, size = convert(example)
-                except RejectError as err:
-                    rejects.append(RejectRecord.from_error(file, f"record:{position}", err))
-                else:
-                    positions.append(position)
-                    payload.append(size)
-                    hashes.append(content_digest(data))
+        for batch in self._batches(file, rejects):
+            decoded = decode_batch(batch.records)
+            typed = type_batch(decoded, spec)
+            positions = batch.first + typed.kept
+            for i, err in typed.rejects:
+                rejects.append(RejectRecord.from_error(file, f"record:{batch.first + i}", err))
+            table, payload = typed.table, typed.payload
+            odd = np.flatnonzero(decoded.irregular)
+            if odd.size:
+                rows, extra, sizes = [], [], []
+                for i in odd.tolist():
+                    example = _decoded(batch.records[i], file, batch.offsets[i], rejects)
+                    if example is None:
+                        continue
+                    try:
+                        values, size = convert(example)
+                    except RejectError as err:
+                        where = f"record:{batch.first + i}"
+                        rejects.append(RejectRecord.from_error(file, where, err))
+                        continue
                     rows.append(values)
-            if len(rows) >= _BATCH_RECORDS:
-                yield _rows_scan(positions, payload, hashes, rows, rejects, spec)
-                positions, payload, hashes, rows, rejects = [], [], [], [], []
-        if rows or rejects:
-            yield _rows_scan(positions, payload, hashes, rows, rejects, spec)
+                    extra.append(batch.first + i)
+                    sizes.append(size)
+                if rows:
+                    positions = np.concatenate([positions, np.asarray(extra, np.int64)])
+                    payload = np.concatenate([payload, np.asarray(sizes, np.int64)])
+                    table = pa.concat_tables([table, _rows_table(rows, spec)])
+                    order = np.argsort(positions, kind="stable")
+                    positions, payload = positions[order], payload[order]
+                    table = table.take(pa.array(order))
+            hashes = [content_digest(batch.records[i]) for i in (positions - batch.first).tolist()]
+            if len(positions) or rejects:
+                yield RowsScan.one_row_each(positions, payload, hashes, table, rejects)
+                rejects = []
+        if rejects:
+            yield RowsScan.one_row_each([], [], [], spec.arrow_schema().empty_table(), rejects)
 
     def read(self, refs: Sequence[UnitRef], spec: FeatureSpec) -> pa.Table:
         convert = _Converter(spec)
@@ -326,6 +341,14 @@ class TFRecordSource:
         self, file: str, errors: list[RejectRecord] | None
     ) -> Iterator[tuple[int, bytes, dict | None]]:
         """``(offset, data, example or None)`` per record; bad records become rejects."""
+        for batch in self._batches(file, errors):
+            for offset, data in zip(batch.offsets, batch.records, strict=True):
+                yield offset, data, _decoded(data, file, offset, errors)
+
+    def _batches(self, file: str, errors: list[RejectRecord] | None) -> Iterator[_Batch]:
+        """The framed records of ``file`` in batches of at most ``_BATCH_RECORDS`` records or
+        about ``_BATCH_BYTES``; framing faults, an unsafe link or an unreadable file become
+        rejects (when ``errors`` is given)."""
 
         def report(err: TFRecordError) -> None:
             if errors is not None:
@@ -335,23 +358,19 @@ class TFRecordSource:
                     )
                 )
 
+        batch, size = _Batch(0), 0
         try:
             path = self._path(file)
             records = iter_records(
                 path, on_error=report, max_record_bytes=self.max_record_bytes, name=file
             )
             for offset, data in records:
-                try:
-                    example = decode_example(data)
-                except ExampleDecodeError as err:
-                    if errors is not None:
-                        errors.append(
-                            RejectRecord.from_error(
-                                file, f"offset:{offset}", RejectError("example_invalid", str(err))
-                            )
-                        )
-                    example = None
-                yield offset, data, example
+                batch.offsets.append(offset)
+                batch.records.append(data)
+                size += len(data)
+                if len(batch.records) >= _BATCH_RECORDS or size >= _BATCH_BYTES:
+                    yield batch
+                    batch, size = _Batch(batch.first + len(batch.records)), 0
         except UnsafePathError as err:  # a link leading outside the root
             if errors is not None:
                 errors.append(
@@ -364,6 +383,8 @@ class TFRecordSource:
                         file, "", RejectError("io_error", f"cannot read: {err}")
                     )
                 )
+        if batch.records:
+            yield batch
 
     def _fetch(self, file: str, offsets: list[int]) -> Iterator[tuple[int, bytes]]:
         path = self._path(file)
@@ -391,15 +412,48 @@ def _rows_table(rows: Sequence[Sequence[Any]], spec: FeatureSpec) -> pa.Table:
     return conform(pa.table(arrays), spec)
 
 
-def _rows_scan(
-    positions: list[int],
-    payload: list[int],
-    hashes: list[str],
-    rows: list[list[Any]],
-    rejects: list[RejectRecord],
-    spec: FeatureSpec,
-) -> RowsScan:
-    return RowsScan.one_row_each(positions, payload, hashes, _rows_table(rows, spec), rejects)
+@dataclass
+class _Batch:
+    """Framed records of one file: ``first`` is the position (record number) of the first."""
+
+    first: int
+    offsets: list[int] = field(default_factory=list)
+    records: list[bytes] = field(default_factory=list)
+
+
+def _decoded(
+    data: bytes,
+    file: str = "",
+    offset: int = 0,
+    errors: list[RejectRecord] | None = None,
+) -> dict | None:
+    """The record's Example, or None (an ``example_invalid`` reject, when ``errors`` is given)."""
+    try:
+        return decode_example(data)
+    except ExampleDecodeError as err:
+        if errors is not None:
+            where = f"offset:{offset}"
+            errors.append(
+                RejectRecord.from_error(file, where, RejectError("example_invalid", str(err)))
+            )
+        return None
+
+
+def _tally_example(example: Mapping[str, tuple], tally: KindTally) -> None:
+    """Count one decoded Example's features (a record the batch decoder left to the record
+    decoder)."""
+    for name, (kind, values) in example.items():
+        if kind is None or values is None or len(values) == 0:
+            continue
+        counts = tally.kinds.setdefault(name, {})
+        counts[kind] = counts.get(kind, 0) + 1
+        seen = tally.lengths.setdefault(name, {})
+        seen[str(len(values))] = seen.get(str(len(values)), 0) + 1
+        if kind == "bytes":
+            tally.text[name] = tally.text.get(name, 0) + all(is_utf8(v) for v in values)
+            tally.images[name] = tally.images.get(name, 0) + all(
+                v.startswith(_IMAGE_MAGIC) for v in values
+            )
 
 
 def is_tfrecord_name(name: str) -> bool:
@@ -480,11 +534,3 @@ def _value(f: Feature, kind: str, values: Any) -> tuple[Any, int]:
 
 def _json_number(v: float | int) -> float | int | None:
     return None if isinstance(v, float) and not math.isfinite(v) else v
-
-
-def _is_utf8(data: bytes) -> bool:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True

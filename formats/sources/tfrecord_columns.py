@@ -267,12 +267,9 @@ def _column(f: Feature, kv: KeyValues, kept: np.ndarray) -> tuple[pa.Array, np.n
             return column.cast(f.arrow_type), size
         return pa.array(filled[:, 0], f.arrow_type, mask=~present), size
     if encoding == "json":
-        texts: list[str | None] = [None] * len(kept)
-        for i, items in zip(np.flatnonzero(present).tolist(), _json_items(kv, rows), strict=True):
-            text = json_text.CANONICAL.encode(items)
-            texts[i] = text
-            size[i] = len(text.encode())
-        return pa.array(texts, pa.string()), size
+        texts = _json_texts(kv, rows)
+        size[present] = pc.binary_length(texts).to_numpy(zero_copy_only=False)
+        return _spread(texts, present, pa.string()), size
     blobs, lengths = _single_blobs(kv, rows)
     size[present] = lengths
     if f.dtype == "image":
@@ -309,6 +306,58 @@ def _numbers(kv: KeyValues, rows: np.ndarray, width: int) -> np.ndarray:
         take = kinds[index] == code
         out[take] = flat[starts[rows][index[take]] + within[take]]
     return out
+
+
+def _json_texts(kv: KeyValues, rows: np.ndarray) -> pa.Array:
+    """Each row's values as canonical JSON text (a list of text or of finite numbers).
+
+    Lists of plain text (UTF-8 without quotes, backslashes or control characters, which JSON
+    writes as they are) are joined by Arrow; every other row is encoded by ``json_text``."""
+    plain = _plain_text_rows(kv, rows)
+    if plain.any():
+        starts = _value_starts(kv, BYTES)[rows[plain]]
+        counts = kv.counts[rows[plain]]
+        index = np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+        values = kv.blobs.take(pa.array(index)).cast(pa.large_string())
+        offsets = np.concatenate(([0], np.cumsum(counts)))
+        lists = pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), values)
+        text = pa.large_string()
+        inner = pc.binary_join(lists, pa.scalar('","', text))
+        joined = pc.binary_join_element_wise(
+            pa.scalar('["', text), inner, pa.scalar('"]', text), pa.scalar("", text)
+        )
+    if plain.all():
+        return joined
+    others = [json_text.CANONICAL.encode(items) for items in _json_items(kv, rows[~plain])]
+    if not plain.any():
+        return pa.array(others, pa.large_string())
+    out = np.empty(len(rows), object)
+    out[plain] = joined.to_numpy(zero_copy_only=False)
+    out[~plain] = others
+    return pa.array(out, pa.large_string())
+
+
+def _plain_text_rows(kv: KeyValues, rows: np.ndarray) -> np.ndarray:
+    """Rows of bytes values that are all UTF-8 without a byte JSON escapes (``"``, ``\\``,
+    0x00-0x1f)."""
+    plain = kv.kind[rows] == BYTES
+    if not plain.any() or not len(kv.blobs):
+        return plain
+    data, offsets = kv.blobs.buffers()[2], kv.blobs.buffers()[1]
+    octets = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
+    bounds = np.frombuffer(offsets, np.int64)[kv.blobs.offset : kv.blobs.offset + len(kv.blobs) + 1]
+    special = np.flatnonzero((octets < 0x20) | (octets == 0x22) | (octets == 0x5C))
+    bad_value = np.zeros(len(kv.blobs), bool)
+    bad_value[np.searchsorted(bounds, special, side="right") - 1] = True
+    try:
+        kv.blobs.cast(pa.large_string())
+    except pa.ArrowInvalid:  # find the values that are not UTF-8 (rare)
+        bad_value |= ~np.array([is_utf8(v) for v in kv.blobs.to_pylist()], bool)
+    mine = kv.kind == BYTES
+    owner = np.repeat(np.flatnonzero(mine), kv.counts[mine])
+    bad_record = np.zeros(len(kv.kind), bool)
+    bad_record[owner[bad_value]] = True
+    return plain & ~bad_record[rows]
 
 
 def _json_items(kv: KeyValues, rows: np.ndarray) -> list[list[Any]]:

@@ -213,8 +213,10 @@ def test_mixed_file_scans_as_the_record_path_does(tmp_path: Path, floats_every, 
             features["id"] = ("bytes", [b"not a number"])  # kind conflict
         if i % 50 == 17:
             features["n"] = ("int64", [2**60])  # beyond float64's exact integers
-        if i % 50 == 37:  # text JSON escapes, and bytes that are not UTF-8
-            features["tags"] = ("bytes", [b'say "hi"\n', b"\xff raw \\", "\u00e9".encode()])
+        if i % 50 == 37:  # text JSON escapes
+            features["tags"] = ("bytes", [b'say "hi"\n', b"raw \\", "\u00e9".encode()])
+        if i % 50 == 41:  # bytes that are not UTF-8
+            features["tags"] = ("bytes", [b"\xff", b"ok"])
         if i % 50 == 19:
             features.pop("text")  # missing: null
         data = encode_example(features)

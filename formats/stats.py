@@ -9,7 +9,7 @@ gives byte-identical results however the work was split.
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -177,15 +177,23 @@ class FeatureStats:
 
     def quantile(self, q: float) -> np.ndarray:
         """The smallest value whose weighted rank reaches ``q`` (the inverted-CDF definition)."""
+        return self.quantiles([q])[0]
+
+    def quantiles(self, qs: Sequence[float]) -> list[np.ndarray]:
+        """:meth:`quantile` of each of ``qs``, sorting the sketch once."""
         values = np.concatenate(self._levels)
         weights = np.concatenate([np.full(len(lvl), 2.0**h) for h, lvl in enumerate(self._levels)])
         order = np.argsort(values, axis=0, kind="stable")
         sorted_values = np.take_along_axis(values, order, axis=0)
         cum = np.cumsum(weights[order], axis=0)
-        target = q * cum[-1]
-        pos = (cum < target[None, :] - 1e-9).sum(axis=0)
-        pos = np.minimum(pos, len(values) - 1)
-        return sorted_values[pos, np.arange(values.shape[1])]
+        columns = np.arange(values.shape[1])
+        out = []
+        for q in qs:
+            target = q * cum[-1]
+            pos = (cum < target[None, :] - 1e-9).sum(axis=0)
+            pos = np.minimum(pos, len(values) - 1)
+            out.append(sorted_values[pos, columns])
+        return out
 
     def to_json(self) -> dict[str, Any]:
         """LeRobot layout: every statistic is a nested list of the feature's shape; count is [n]."""
@@ -210,8 +218,8 @@ class FeatureStats:
             "std": shaped(std),
             "count": [self.count if self.frames is None else self.frames],
         }
-        for key, q in QUANTILES.items():
-            out[key] = shaped(self.quantile(q))
+        for key, value in zip(QUANTILES, self.quantiles(list(QUANTILES.values())), strict=True):
+            out[key] = shaped(value)
         return out
 
 

@@ -337,9 +337,11 @@ def iter_records(
     on_error: Callable[[TFRecordError], None] | None = None,
     max_record_bytes: int | None = None,
     name: str | None = None,
+    base_offset: int = 0,
 ) -> Iterator[tuple[int, bytes]]:
     """Yield ``(offset, data)`` for each record of ``source`` (a path or a binary file object,
-    read from its current position), checking both CRCs.
+    read from its current position), checking both CRCs. Offsets (in records and errors) count
+    from ``base_offset``: the file offset of a file object's current position.
 
     ``compression="auto"`` sniffs gzip (see :func:`sniff_compression`). Without ``on_error`` the
     first bad record raises :class:`TFRecordError`; with it, each bad record is passed to
@@ -349,9 +351,13 @@ def iter_records(
     label = _source_name(source, name)
     if isinstance(source, (str, os.PathLike)):
         with open(source, "rb", buffering=0) as handle:
-            yield from _iter_stream(handle.read, compression, on_error, max_record_bytes, label)
+            yield from _iter_stream(
+                handle.read, compression, on_error, max_record_bytes, label, base_offset
+            )
     else:
-        yield from _iter_stream(source.read, compression, on_error, max_record_bytes, label)
+        yield from _iter_stream(
+            source.read, compression, on_error, max_record_bytes, label, base_offset
+        )
 
 
 def _iter_stream(
@@ -360,6 +366,7 @@ def _iter_stream(
     on_error: Callable[[TFRecordError], None] | None,
     max_record_bytes: int | None,
     label: str,
+    base_offset: int = 0,
 ) -> Iterator[tuple[int, bytes]]:
     if compression not in ("auto", None, "gzip"):
         raise ValueError(f"compression must be 'auto', None or 'gzip', got {compression!r}")
@@ -377,7 +384,7 @@ def _iter_stream(
     unpack_header = _HEADER.unpack_from
     unpack_crc = _CRC.unpack_from
     pos = 0  # next record's position in buf
-    base = 0  # stream offset of buf[0]
+    base = base_offset  # stream offset of buf[0]
     end = len(buf)
 
     def fail(offset: int, reason: str, detail: str) -> bool:
@@ -470,6 +477,30 @@ def _skip(
             return b"", 0, base + pos + skipped, 0, skipped
         skipped += len(chunk)
     return b"", 0, base + pos + count, 0, count
+
+
+def record_boundaries(handle: BinaryIO, size: int, every: int) -> list[int]:
+    """File offsets of record starts about ``every`` bytes apart in a plain (uncompressed) file,
+    found from the record headers alone (12 bytes each, checked against their CRC): cutting there
+    splits the file into runs of whole records. The walk stops at the first header that is
+    damaged or runs past the end; what follows stays with the last run, as a reader sees it."""
+    cuts: list[int] = []
+    pos, next_cut = 0, every
+    while pos + HEADER_BYTES <= size:
+        handle.seek(pos)
+        head = handle.read(HEADER_BYTES)
+        if len(head) < HEADER_BYTES:
+            break
+        length, length_crc = _HEADER.unpack(head)
+        if masked_crc32c(head[:8]) != length_crc:
+            break
+        pos += HEADER_BYTES + length + FOOTER_BYTES
+        if pos >= size:
+            break
+        if pos >= next_cut:
+            cuts.append(pos)
+            next_cut = pos + every
+    return cuts
 
 
 def read_record_at(source: Source, offset: int, *, name: str | None = None) -> bytes:

@@ -383,3 +383,68 @@ def test_shard_writers_read_each_spool_about_once(tmp_path, monkeypatch):
     # every batch for every shard (shards x batches)
     assert read <= sum(spools.values()) + 2 * shards * len(spools)
     assert read < shards * sum(spools.values()) / 3
+
+
+def _big_tfrecord(root: Path) -> Path:
+    """A plain TFRecord file of 2,000 Examples with a record whose data CRC is wrong, one that
+    is not an Example and one whose feature has the wrong kind, plus a small gzip file."""
+    from shardfeed.formats.tf_example import encode_example
+    from shardfeed.formats.tfrecord import write_records
+
+    root.mkdir()
+    records = []
+    for i, doc in enumerate(_documents(2000, seed=5)):
+        features = {"id": ("int64", [i]), "text": ("bytes", [doc["text"].encode()])}
+        if i == 1500:
+            features["id"] = ("bytes", [b"x"])  # a kind conflict: field_type
+        records.append(encode_example(features))
+    records[900] = b"\x0a\x05abc"  # not an Example
+    write_records(root / "big.tfrecord", records)
+    data = bytearray((root / "big.tfrecord").read_bytes())
+    data[-20] ^= 0xFF  # the last record's data no longer matches its CRC
+    (root / "big.tfrecord").write_bytes(bytes(data))
+    write_records(root / "small.tfrecord.gz", records[:40], compression="gzip")
+    return root
+
+
+def test_a_large_tfrecord_file_is_scanned_in_pieces_with_the_unsplit_output(tmp_path, monkeypatch):
+    from shardfeed.formats.sources.tfrecord_source import TFRecordSource
+
+    src = _big_tfrecord(tmp_path / "src")
+    args = ["--target-shard-size", "60KB", "--max-reject-fraction", "0.1"]
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    assert main(["convert", str(src), str(whole), *args]) == 0
+    seen = []
+    scan_piece = TFRecordSource.scan_piece
+
+    def spy(self, file, spec, start, stop, first):
+        seen.append((file, start, stop, first))
+        return scan_piece(self, file, spec, start, stop, first)
+
+    monkeypatch.setattr(TFRecordSource, "scan_piece", spy)
+    assert main(["convert", str(src), str(cut), *args, "--task-size", "30KB"]) == 0
+    big = sorted(p for p in seen if p[0] == "big.tfrecord")
+    assert len(big) >= 5 and big[0][1:] == (0, big[1][1], 0)
+    assert all(a[2] == b[1] for a, b in itertools.pairwise(big)) and big[-1][2] == -1
+    assert [p for p in seen if p[0] == "small.tfrecord.gz"] == [("small.tfrecord.gz", 0, -1, 0)]
+    assert _tree(whole) == _tree(cut)
+    assert open_dataset(cut).manifest.rejects.total == 3  # the three bad records
+
+
+def test_tfrecord_pieces_start_at_records_and_stop_at_a_damaged_header(tmp_path):
+    from shardfeed.formats.sources.tfrecord_source import TFRecordSource
+    from shardfeed.formats.tfrecord import iter_records
+
+    src = _big_tfrecord(tmp_path / "src")
+    source = TFRecordSource(str(src))
+    starts = {offset for offset, _ in iter_records(src / "big.tfrecord", on_error=lambda e: None)}
+    ranges = source.pieces("big.tfrecord", 20_000)
+    assert len(ranges) >= 5 and all(a in starts for a, _ in ranges)
+    spans = [source.infer_piece("big.tfrecord", a, b)[1] for a, b in ranges]
+    assert sum(spans) == 1999  # every record but the one failing its data CRC
+    assert source.pieces("small.tfrecord.gz", 1) == [(0, -1)]  # gzip is never entered midway
+    data = bytearray((src / "big.tfrecord").read_bytes())
+    cut = sorted(starts)[1000]
+    data[cut + 2] ^= 0xFF  # record 1000's length no longer matches its CRC
+    (src / "big.tfrecord").write_bytes(bytes(data))
+    assert max(a for a, _ in source.pieces("big.tfrecord", 20_000)) <= cut

@@ -30,11 +30,12 @@ feature whose kind conflicts with the merged schema (``field_type``).
 from __future__ import annotations
 
 import base64
+import itertools
 import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, BinaryIO, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -53,7 +54,14 @@ from shardfeed.formats.sources.tfrecord_columns import KindTally, is_utf8, tally
 from shardfeed.formats.storage import locate
 from shardfeed.formats.tf_example import ExampleDecodeError, decode_example
 from shardfeed.formats.tf_example_batch import decode_batch
-from shardfeed.formats.tfrecord import TFRecordError, iter_records, read_record_at
+from shardfeed.formats.tfrecord import (
+    HEADER_BYTES,
+    TFRecordError,
+    iter_records,
+    read_record_at,
+    record_boundaries,
+    sniff_compression,
+)
 from shardfeed.schemas.errors import ShardfeedError, UnsafePathError
 from shardfeed.schemas.features import Feature, FeatureSpec
 from shardfeed.schemas.rejects import RejectError, RejectRecord
@@ -182,6 +190,7 @@ class TFRecordSource:
     """TFRecord ``tf.train.Example`` reader implementing the ``SourceReader`` protocol."""
 
     kind: ClassVar[str] = "tfrecord"
+    first_position: ClassVar[int] = 0  # a unit's position is its record number
     merge_inferred = staticmethod(merge_inferred)
     inferred_type = InferredExamples
 
@@ -213,8 +222,15 @@ class TFRecordSource:
     def infer(self, file: str) -> InferredExamples:
         """Kind, length and text/image counts of every good record of ``file``: a batch's
         regular records counted as columns, the others one by one."""
+        return self.infer_piece(file, 0, -1)[0]
+
+    def infer_piece(self, file: str, start: int, stop: int) -> tuple[InferredExamples, int]:
+        """``infer`` over the records in bytes ``[start, stop)`` (a piece from :meth:`pieces`),
+        and how many records the piece holds."""
         tally = KindTally()
-        for batch in self._batches(file, errors=None):
+        span = 0
+        for batch in self._batches(file, None, start, stop):
+            span += len(batch.records)
             decoded = decode_batch(batch.records)
             tally_batch(decoded, tally, _IMAGE_MAGIC)
             for i in np.flatnonzero(decoded.irregular).tolist():
@@ -224,9 +240,26 @@ class TFRecordSource:
                     _tally_example(example, tally)
         kinds = tally.kinds
         files = {name: {kind: [file] for kind in held} for name, held in kinds.items()}
-        return InferredExamples(
+        inferred = InferredExamples(
             tally.records, kinds, tally.lengths, tally.text, tally.images, files
         )
+        return inferred, span
+
+    def pieces(self, file: str, piece_bytes: int) -> list[tuple[int, int]]:
+        """Byte ranges of whole records, about ``piece_bytes`` each, from a pass over the record
+        headers only; one piece ``(0, -1)`` for a file that fits, or a gzip file (which cannot be
+        entered in the middle)."""
+        try:
+            path = self._path(file)
+            with open(path, "rb") as handle:
+                size = os.fstat(handle.fileno()).st_size
+                if size <= piece_bytes or sniff_compression(handle.read(HEADER_BYTES)) == "gzip":
+                    return [(0, -1)]
+                cuts = record_boundaries(handle, size, piece_bytes)
+        except (OSError, UnsafePathError):
+            return [(0, -1)]  # the scan reports it
+        edges = [0, *cuts, -1]
+        return list(itertools.pairwise(edges))
 
     def spec(self, inferred: Any | None = None) -> FeatureSpec:
         if not isinstance(inferred, InferredExamples):
@@ -274,9 +307,15 @@ class TFRecordSource:
         A batch's regular records are decoded and typed as columns
         (``formats/tf_example_batch.py``, ``tfrecord_columns.py``); the others go through the
         record decoder and ``_Converter``, and the two are merged in record order."""
+        return self.scan_piece(file, spec, 0, -1, 0)
+
+    def scan_piece(
+        self, file: str, spec: FeatureSpec, start: int, stop: int, first: int
+    ) -> Iterator[RowsScan]:
+        """``scan_rows`` over bytes ``[start, stop)``, whose first record is record ``first``."""
         convert = _Converter(spec)
         rejects: list[RejectRecord] = []
-        for batch in self._batches(file, rejects):
+        for batch in self._batches(file, rejects, start, stop, first):
             decoded = decode_batch(batch.records)
             typed = type_batch(decoded, spec)
             positions = batch.first + typed.kept
@@ -345,10 +384,18 @@ class TFRecordSource:
             for offset, data in zip(batch.offsets, batch.records, strict=True):
                 yield offset, data, _decoded(data, file, offset, errors)
 
-    def _batches(self, file: str, errors: list[RejectRecord] | None) -> Iterator[_Batch]:
-        """The framed records of ``file`` in batches of at most ``_BATCH_RECORDS`` records or
-        about ``_BATCH_BYTES``; framing faults, an unsafe link or an unreadable file become
-        rejects (when ``errors`` is given)."""
+    def _batches(
+        self,
+        file: str,
+        errors: list[RejectRecord] | None,
+        start: int = 0,
+        stop: int = -1,
+        first: int = 0,
+    ) -> Iterator[_Batch]:
+        """The framed records of ``file`` (of bytes ``[start, stop)``, whose first record is
+        record ``first``) in batches of at most ``_BATCH_RECORDS`` records or about
+        ``_BATCH_BYTES``; framing faults, an unsafe link or an unreadable file become rejects
+        (when ``errors`` is given)."""
 
         def report(err: TFRecordError) -> None:
             if errors is not None:
@@ -358,19 +405,25 @@ class TFRecordSource:
                     )
                 )
 
-        batch, size = _Batch(0), 0
+        batch, size = _Batch(first), 0
         try:
             path = self._path(file)
-            records = iter_records(
-                path, on_error=report, max_record_bytes=self.max_record_bytes, name=file
-            )
-            for offset, data in records:
-                batch.offsets.append(offset)
-                batch.records.append(data)
-                size += len(data)
-                if len(batch.records) >= _BATCH_RECORDS or size >= _BATCH_BYTES:
-                    yield batch
-                    batch, size = _Batch(batch.first + len(batch.records)), 0
+            with open(path, "rb", buffering=0) as handle:
+                records: Iterator[tuple[int, bytes]] = iter_records(
+                    _Window(handle, start, stop) if (start, stop) != (0, -1) else handle,
+                    compression="auto" if (start, stop) == (0, -1) else None,
+                    on_error=report,
+                    max_record_bytes=self.max_record_bytes,
+                    name=file,
+                    base_offset=start,
+                )
+                for offset, data in records:
+                    batch.offsets.append(offset)
+                    batch.records.append(data)
+                    size += len(data)
+                    if len(batch.records) >= _BATCH_RECORDS or size >= _BATCH_BYTES:
+                        yield batch
+                        batch, size = _Batch(batch.first + len(batch.records)), 0
         except UnsafePathError as err:  # a link leading outside the root
             if errors is not None:
                 errors.append(
@@ -410,6 +463,22 @@ def _rows_table(rows: Sequence[Sequence[Any]], spec: FeatureSpec) -> pa.Table:
         for f, col in zip(spec.stored, columns, strict=True)
     }
     return conform(pa.table(arrays), spec)
+
+
+class _Window:
+    """Bytes ``[start, stop)`` of an open file (``stop`` -1: to the end), read as a stream."""
+
+    def __init__(self, handle: BinaryIO, start: int, stop: int) -> None:
+        handle.seek(start)
+        self._handle = handle
+        self._left = None if stop < 0 else stop - start
+
+    def read(self, n: int) -> bytes:
+        if self._left is None:
+            return self._handle.read(n)
+        data = self._handle.read(min(n, self._left))
+        self._left -= len(data)
+        return data
 
 
 @dataclass

@@ -64,7 +64,7 @@ _MEDIA_KINDS = ("imagefolder", "parquet", "webdataset", "lerobot")
 
 #: which source kinds take each source option of the CLI
 _OPTION_KINDS = {
-    "unify_schemas": ("parquet", "tfrecord"),
+    "unify_schemas": ("parquet", "tfrecord", "jsonl"),
     "text_field": ("jsonl",),
     "drop_videos": ("lerobot",),
 }

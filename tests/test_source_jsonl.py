@@ -608,3 +608,79 @@ def test_dolma_values_round_trip(dolma) -> None:
     assert (
         len(scans["cc_en_head-0091.jsonl"].units) == len(scans["cc_en_head-0174.jsonl"].units) == 10
     )
+
+
+# --------------------------------------------------------------------------------------------------
+# Schema drift across files (the rule TFRecord and Parquet follow too)
+
+
+def _drifting(root: Path, strays: int = 0) -> Path:
+    """``a.jsonl`` holds ``x`` as numbers (ints and floats), ``b.jsonl`` as text; with ``strays``
+    the text is only that many records of ``b.jsonl``, the rest numbers."""
+    root.mkdir()
+    a = [{"text": f"a{i}", "x": i if i % 2 else i + 0.5} for i in range(60)]
+    b = [{"text": f"b{i}", "x": f"t{i}" if strays == 0 or i < strays else i} for i in range(60)]
+    (root / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in a))
+    (root / "b.jsonl").write_text("".join(json.dumps(r) + "\n" for r in b))
+    return root
+
+
+def test_a_key_whose_kind_differs_across_files_stops_with_its_name(tmp_path, capsys) -> None:
+    from shardfeed.cli.main import main
+
+    src = _drifting(tmp_path / "src")
+    assert main(["convert", str(src), str(tmp_path / "refused")]) != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert "feature 'x' differs across files" in err
+    assert "number in 60 records (e.g. a.jsonl)" in err
+    assert "string in 60 records (e.g. b.jsonl)" in err and "--unify-schemas" in err
+    assert not (tmp_path / "refused" / "meta").exists()
+
+
+def test_unify_schemas_keeps_a_drifting_key_as_json_text(tmp_path) -> None:
+    from shardfeed.cli.main import main
+    from shardfeed.formats.reader import open_dataset
+
+    src = _drifting(tmp_path / "src")
+    dst = tmp_path / "ds"
+    assert main(["convert", str(src), str(dst), "--unify-schemas", "--no-shuffle"]) == 0
+    ds = open_dataset(dst)
+    assert ds.features["x"].dtype == "string" and ds.features["x"].extra["unified"] == "any"
+    values = ds.read(0, len(ds), columns=["x"])["x"]
+    assert list(values[:3]) == ["0.5", "1", "2.5"] and list(values[60:62]) == ['"t0"', '"t1"']
+    assert ds.manifest.rejects.total == 0 and len(ds) == 120
+    assert main(["verify", str(dst)]) == 0
+
+
+def test_stray_values_of_another_kind_stay_rejects(tmp_path) -> None:
+    from shardfeed.cli.main import main
+    from shardfeed.formats.reader import open_dataset
+
+    src = _drifting(tmp_path / "src", strays=3)  # 3 of 120: at most DRIFT_SHARE
+    dst = tmp_path / "ds"
+    assert main(["convert", str(src), str(dst), "--max-reject-fraction", "0.1"]) == 0
+    ds = open_dataset(dst)
+    assert ds.features["x"].dtype == "float64"
+    assert len(ds) == 117 and dict(ds.manifest.rejects.by_reason) == {"field_type": 3}
+
+
+def test_drift_examples_merge_like_the_counts() -> None:
+    a = InferredSchema(1, {"x": {"int": 1}}, {"x": {"int": ["c.jsonl"]}})
+    b = InferredSchema(2, {"x": {"int": 2}}, {"x": {"int": ["a.jsonl", "b.jsonl"]}})
+    assert merge_inferred(a, b).files == {"x": {"int": ["a.jsonl", "b.jsonl"]}}
+    assert merge_inferred(a, b) == merge_inferred(b, a)
+
+
+def test_kinds_mixed_within_each_file_are_not_drift(tmp_path) -> None:
+    """Drift is files disagreeing; a key that is messy inside every file keeps its majority
+    kind, and the other values are rejects."""
+    root = tmp_path / "src"
+    root.mkdir()
+    for name in ("a.jsonl", "b.jsonl"):
+        rows = [{"text": "t", "x": i if i % 3 else f"s{i}"} for i in range(30)]
+        (root / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    source = JsonlSource(str(root))
+    inferred = merged(source)
+    assert inferred.majors == {"text": {"string": 2}, "x": {"number": 2}}
+    assert inferred.drift("x") is None and source.spec(inferred)["x"].dtype == "int64"

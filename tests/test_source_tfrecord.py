@@ -173,8 +173,9 @@ def test_unify_refuses_integers_float64_cannot_hold(tmp_path):
 
 def test_unify_schemas_is_refused_for_a_source_it_does_not_apply_to(tmp_path, capsys):
     src = tmp_path / "src"
-    src.mkdir()
-    (src / "a.jsonl").write_text('{"text": "x"}\n')
+    (src / "cat").mkdir(parents=True)
+    (src / "cat" / "a.jpg").write_bytes(b"not read: the option is refused first")
     assert main(["convert", str(src), str(tmp_path / "ds"), "--unify-schemas"]) != 0
     err = capsys.readouterr().err
-    assert "--unify-schemas applies to parquet and tfrecord sources; this source is jsonl" in err
+    assert "--unify-schemas applies to parquet and tfrecord and jsonl sources" in err
+    assert "this source is imagefolder" in err

@@ -41,6 +41,15 @@ from shardfeed.formats.sources.base import (
     UnitRef,
     content_digest,
 )
+from shardfeed.formats.sources.drift import (
+    EXAMPLE_FILES,
+    describe,
+    drifts,
+    example_files,
+    file_majority,
+    merge_counts,
+    merge_example_files,
+)
 from shardfeed.formats.sources.jsonl_blocks import (
     Block,
     BlockRows,
@@ -64,6 +73,7 @@ from shardfeed.schemas.features import Feature, FeatureSpec
 from shardfeed.schemas.rejects import RejectError, RejectRecord
 
 __all__ = [
+    "ANY_JSON_EXTRA",
     "JSON_EXTRA",
     "KINDS",
     "KIND_DTYPES",
@@ -89,6 +99,11 @@ KIND_DTYPES = {
 }
 #: Marker in ``Feature.extra`` for string columns that hold canonical JSON text.
 JSON_EXTRA = {"encoding": "json"}
+#: ... and for a key whose kind differs across files, kept as JSON text of any value under
+#: ``--unify-schemas`` (lossless: ``"7"`` and ``7`` stay apart)
+ANY_JSON_EXTRA = {"encoding": "json", "unified": "any"}
+#: how a kind votes in the drift check: JSON has one number type, so ints and floats agree
+_VOTE = {"int": "number", "float": "number"}
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
 #: a piece of a file: the lines starting in bytes ``[start, stop)`` (-1: to the end), the first
@@ -111,20 +126,60 @@ class InferredSchema:
 
     records: int = 0
     fields: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    #: ``files[key][kind]``: example files holding that kind (for drift messages)
+    files: Mapping[str, Mapping[str, Sequence[str]]] = field(default_factory=dict)
+    #: ``majors[key][vote]``: how many files (or pieces) hold mostly that kind of value
+    majors: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     def kinds(self) -> dict[str, str]:
         """The resolved kind of every key (keys holding only nulls become ``string``)."""
         return {name: resolve_kind(counts) for name, counts in self.fields.items()}
 
+    def drift(self, name: str) -> str | None:
+        """The drift message of key ``name`` when files disagree on its kind (numbers, text,
+        booleans, nested values) beyond stray records; None otherwise."""
+        counts = self.fields.get(name, {})
+        votes: dict[str, int] = {}
+        examples: dict[str, set[str]] = {}
+        for kind, n in counts.items():
+            if kind in KINDS and n:
+                vote = _VOTE.get(kind, kind)
+                votes[vote] = votes.get(vote, 0) + n
+                examples.setdefault(vote, set()).update(self.files.get(name, {}).get(kind, []))
+        winner = _vote(counts)
+        if len(votes) < 2 or not drifts(votes, winner, self.majors.get(name, {})):
+            return None
+        named = {vote: sorted(files)[:EXAMPLE_FILES] for vote, files in examples.items()}
+        remedy = "pass --unify-schemas to keep its values as JSON text"
+        return describe(name, dict(sorted(votes.items())), named, remedy)
+
 
 def merge_inferred(a: InferredSchema, b: InferredSchema) -> InferredSchema:
     """Sum two fragments' counts; associative and commutative, with ``InferredSchema()`` as identity."""
-    fields = {name: dict(counts) for name, counts in a.fields.items()}
-    for name, counts in b.fields.items():
-        into = fields.setdefault(name, {})
-        for kind, n in counts.items():
-            into[kind] = into.get(kind, 0) + n
-    return InferredSchema(a.records + b.records, fields)
+    return InferredSchema(
+        a.records + b.records,
+        merge_counts(a.fields, b.fields),
+        merge_example_files(a.files, b.files),
+        merge_counts(a.majors, b.majors),
+    )
+
+
+def _inferred(file: str, counts: KindCounts) -> InferredSchema:
+    voting = {
+        name: {k: n for k, n in held.items() if k in KINDS} for name, held in counts.fields.items()
+    }
+    return InferredSchema(
+        counts.records,
+        counts.fields,
+        example_files(file, counts.fields),
+        file_majority(voting, _vote),
+    )
+
+
+def _vote(counts: Mapping[str, int]) -> str:
+    """The drift vote of a key's resolved kind (numbers are one vote)."""
+    kind = resolve_kind(counts)
+    return _VOTE.get(kind, kind)
 
 
 def resolve_kind(counts: Mapping[str, int]) -> str:
@@ -166,12 +221,14 @@ class JsonlSource:
         text_field: str = "text",
         max_line_bytes: int = 64 << 20,  # 64 MiB
         max_expanded_bytes: int = 8 << 30,  # 8 GiB
+        unify_schemas: bool = False,
     ) -> None:
         if not text_field:
             raise ShardfeedError("text_field must be a non-empty key")
         if max_line_bytes <= 0 or max_expanded_bytes <= 0:
             raise ShardfeedError("max_line_bytes and max_expanded_bytes must be positive")
         self.text_field = text_field
+        self.unify_schemas = unify_schemas
         self.max_line_bytes = max_line_bytes
         self.max_expanded_bytes = max_expanded_bytes
         location, self._single = source_root(os.fspath(root), "JSONL source")
@@ -265,7 +322,7 @@ class JsonlSource:
         for item in self._blocks(file):
             if isinstance(item, Block):
                 count_kinds(item, counts)
-        return InferredSchema(counts.records, counts.fields)
+        return _inferred(file, counts)
 
     # -- pieces of a large file (``SplittableSource``) ----------------------------------------
 
@@ -292,7 +349,7 @@ class JsonlSource:
             for item in iter_blocks(lines, "none", self.max_line_bytes, None):
                 if isinstance(item, Block):
                     count_kinds(item, counts)
-            return InferredSchema(counts.records, counts.fields), lines.lines()
+            return _inferred(file, counts), lines.lines()
 
     def scan_piece(
         self, file: str, spec: FeatureSpec, start: int, stop: int, first: int
@@ -323,9 +380,16 @@ class JsonlSource:
             )
         features = [Feature(self.text_field, "string")]
         for name, kind in sorted(inferred.kinds().items()):
-            if name != self.text_field:
-                extra = dict(JSON_EXTRA) if kind == "json" else {}
-                features.append(Feature(name, KIND_DTYPES[kind], (1,), extra=extra))
+            if name == self.text_field:  # the text field is a string: other values are rejects
+                continue
+            drift = inferred.drift(name)
+            if drift is not None:
+                if not self.unify_schemas:
+                    raise ShardfeedError(f"JSONL source {self.root}: {drift}")
+                features.append(Feature(name, "string", (1,), extra=dict(ANY_JSON_EXTRA)))
+                continue
+            extra = dict(JSON_EXTRA) if kind == "json" else {}
+            features.append(Feature(name, KIND_DTYPES[kind], (1,), extra=extra))
         return FeatureSpec(tuple(features))
 
     def reject_location(self, ref: UnitRef) -> tuple[str, str]:

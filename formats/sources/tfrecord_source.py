@@ -49,6 +49,14 @@ from shardfeed.formats.sources.base import (
     UnitRef,
     content_digest,
 )
+from shardfeed.formats.sources.drift import (
+    describe,
+    drifts,
+    example_files,
+    file_majority,
+    merge_counts,
+    merge_example_files,
+)
 from shardfeed.formats.sources.listing import list_files, source_root
 from shardfeed.formats.sources.tfrecord_columns import KindTally, is_utf8, tally_batch, type_batch
 from shardfeed.formats.storage import locate
@@ -67,10 +75,6 @@ from shardfeed.schemas.features import Feature, FeatureSpec
 from shardfeed.schemas.rejects import RejectError, RejectRecord
 
 KIND_ORDER = ("int64", "float", "bytes")  # tie-break: the first wins
-EXAMPLE_FILES = 2  # files named per feature and kind in a schema-drift message
-#: a minority kind at or below this share of a feature's values is stray records (``field_type``
-#: rejects); above it the files disagree on the feature's type: schema drift
-DRIFT_SHARE = 0.05
 _BATCH_RECORDS = 8192  # records per decoded batch and spooled part
 _BATCH_BYTES = 32 << 20  # ... or about this many record bytes
 MAX_RECORD_BYTES = 256 << 20  # a larger record is a reject, never held in memory
@@ -90,18 +94,12 @@ class InferredExamples:
     images: Mapping[str, int] = field(default_factory=dict)
     #: ``files[name][kind]``: the first few files (sorted) holding that kind, for messages
     files: Mapping[str, Mapping[str, list[str]]] = field(default_factory=dict)
+    #: ``majors[name][kind]``: how many files (or pieces) hold mostly that kind
+    majors: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
 
 def merge_inferred(a: InferredExamples, b: InferredExamples) -> InferredExamples:
     """Sum two fragments; associative and commutative, ``InferredExamples()`` the identity."""
-
-    def add(x: Mapping[str, Mapping[str, int]], y: Mapping[str, Mapping[str, int]]) -> dict:
-        out = {k: dict(v) for k, v in x.items()}
-        for name, counts in y.items():
-            into = out.setdefault(name, {})
-            for key, n in counts.items():
-                into[key] = into.get(key, 0) + n
-        return out
 
     def add_flat(x: Mapping[str, int], y: Mapping[str, int]) -> dict:
         out = dict(x)
@@ -109,18 +107,14 @@ def merge_inferred(a: InferredExamples, b: InferredExamples) -> InferredExamples
             out[k] = out.get(k, 0) + n
         return out
 
-    files = {k: {kind: list(v) for kind, v in kinds.items()} for k, kinds in a.files.items()}
-    for name, kinds in b.files.items():
-        for kind, names in kinds.items():
-            into = files.setdefault(name, {}).setdefault(kind, [])
-            into[:] = sorted(set(into) | set(names))[:EXAMPLE_FILES]
     return InferredExamples(
         a.records + b.records,
-        add(a.kinds, b.kinds),
-        add(a.lengths, b.lengths),
+        merge_counts(a.kinds, b.kinds),
+        merge_counts(a.lengths, b.lengths),
         add_flat(a.text, b.text),
         add_flat(a.images, b.images),
-        files,
+        merge_example_files(a.files, b.files),
+        merge_counts(a.majors, b.majors),
     )
 
 
@@ -134,26 +128,18 @@ def check_drift(name: str, inferred: InferredExamples, unify: bool) -> str | Non
     float32 and every integer up to 2**53). Otherwise a ShardfeedError naming the feature, example
     files of each kind and the flag. None when one kind dominates (others are stray records)."""
     counts = {k: n for k, n in inferred.kinds.get(name, {}).items() if n}
-    if len(counts) < 2:
-        return None
-    kind = resolve_kind(counts)
-    total = sum(counts.values())
-    others = {k: n for k, n in counts.items() if k != kind}
-    if sum(others.values()) <= DRIFT_SHARE * total:
+    majors = inferred.majors.get(name, {})
+    if len(counts) < 2 or not drifts(counts, resolve_kind(counts), majors):
         return None
     if unify and set(counts) == {"int64", "float"}:
         return "float64"
-    examples = inferred.files.get(name, {})
-    held = "; ".join(
-        f"{k} in {counts[k]:,} records (e.g. {', '.join(examples.get(k, [])) or '?'})"
-        for k in sorted(counts, key=KIND_ORDER.index)
-    )
     remedy = (
         "pass --unify-schemas to convert int64 and float values as float64"
         if set(counts) == {"int64", "float"} and not unify
         else "no lossless promotion joins these kinds; convert the files separately"
     )
-    raise ShardfeedError(f"feature {name!r} differs across files: {held}; {remedy}")
+    votes = {k: counts[k] for k in sorted(counts, key=KIND_ORDER.index)}
+    raise ShardfeedError(describe(name, votes, inferred.files.get(name, {}), remedy))
 
 
 def feature_for(name: str, inferred: InferredExamples, unify: bool = False) -> Feature:
@@ -239,9 +225,14 @@ class TFRecordSource:
                     tally.records += 1
                     _tally_example(example, tally)
         kinds = tally.kinds
-        files = {name: {kind: [file] for kind in held} for name, held in kinds.items()}
         inferred = InferredExamples(
-            tally.records, kinds, tally.lengths, tally.text, tally.images, files
+            tally.records,
+            kinds,
+            tally.lengths,
+            tally.text,
+            tally.images,
+            example_files(file, kinds),
+            file_majority(kinds, resolve_kind),
         )
         return inferred, span
 

@@ -105,9 +105,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--unify-schemas",
         action="store_true",
-        help="Parquet and TFRecord: convert files whose schema differs by a lossless promotion "
-        "(int32->int64, float32->float64, int->float64, a missing column -> nulls) instead of "
-        "rejecting them (Parquet) or stopping with the feature's name (TFRecord)",
+        help="Parquet, TFRecord and JSONL: convert files whose schema differs instead of "
+        "rejecting them (Parquet) or stopping with the field's name (TFRecord, JSONL): lossless "
+        "promotions (int32->int64, float32->float64, int->float64, a missing column -> nulls); "
+        "a JSONL key holding text in some files and numbers in others is kept as JSON text",
     )
     parser.add_argument(
         "--dedup",

@@ -43,6 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from PIL import Image
 
+from shardfeed.formats.image_header import read_header
 from shardfeed.formats.payload import table_row_bytes
 from shardfeed.schemas.errors import ShardfeedError
 from shardfeed.schemas.features import Feature, FeatureSpec
@@ -188,7 +189,12 @@ _KINDS: dict[str, CostFn] = {
 
 
 def _header_pixels(data: bytes) -> int | None:
-    """width x height from an encoded image's header, or None when Pillow cannot read it."""
+    """width x height from an encoded image's header, or None when Pillow cannot read it: our
+    own header reader answers plain JPEGs and PNGs as Pillow would (about 10 us instead of 60),
+    Pillow the rest."""
+    header = read_header(data)
+    if header is not None:
+        return header.width * header.height
     try:
         with Image.open(io.BytesIO(data)) as image:
             width, height = image.size

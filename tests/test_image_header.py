@@ -1,4 +1,4 @@
-"""Differential tests for the fast header reader (``shardfeed.transforms.image_header``).
+"""Differential tests for the fast header reader (``shardfeed.formats.image_header``).
 
 ``validate_image(data, mode="header")`` must give exactly what the pure Pillow path gives (the same
 ImageInfo, or a RejectError with the same reason and message) for every input: generated JPEGs and
@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 from PIL import Image, ImageFile, PngImagePlugin
 
+from shardfeed.formats import image_header
+from shardfeed.formats.image_header import read_header
 from shardfeed.schemas.rejects import RejectError
-from shardfeed.transforms import image_header
 from shardfeed.transforms import images as images_module
-from shardfeed.transforms.image_header import read_header
 from shardfeed.transforms.images import DEFAULT_MAX_PIXELS, ImageInfo, validate_image
 
 Outcome = tuple[str, object, object]

@@ -41,8 +41,8 @@ from typing import Literal
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
+from shardfeed.formats.image_header import read_header
 from shardfeed.schemas.rejects import RejectError
-from shardfeed.transforms.image_header import read_header
 
 #: Pillow's own decompression-bomb bound (``Image.MAX_IMAGE_PIXELS``, about 9459 x 9459). Pillow
 #: raises at twice this and warns above it; the warning is an error here, so the effective bound is
@@ -107,7 +107,7 @@ def validate_image(
     ``"header"`` parses headers and checks format, size and animation; ``"full"`` also decodes
     every pixel, which is what catches truncation and corrupt data; ``"none"`` checks nothing
     and returns None. Raises RejectError for bad input. In ``"header"`` mode plain JPEG and PNG
-    headers are read by :func:`~shardfeed.transforms.image_header.read_header` without Pillow
+    headers are read by :func:`~shardfeed.formats.image_header.read_header` without Pillow
     (same result, several times faster); everything else goes through Pillow.
     """
     _check_mode(mode)

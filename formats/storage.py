@@ -15,6 +15,7 @@ import os
 import posixpath
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import pyarrow.fs as pafs
 
@@ -102,19 +103,23 @@ class Location:
             os.close(fd)
 
     def read_ahead(
-        self, rels: Sequence[str], window: int = READ_AHEAD
-    ) -> Iterator[bytes | OSError | ShardfeedError]:
-        """Each file's bytes, or the error that stopped its read, in order.
+        self, rels: Sequence[str], window: int = READ_AHEAD, head: int | None = None
+    ) -> Iterator[bytes | FileHead | OSError | ShardfeedError]:
+        """Each file's bytes (with ``head``: its size and first ``head`` bytes, a
+        :class:`FileHead`), or the error that stopped its read, in order.
 
         Local files are opened ``window`` files ahead of the one being read and the OS is asked to
         start reading them (``POSIX_FADV_WILLNEED``), so on a cold disk the reads overlap the
-        caller's work on earlier files; each descriptor is then read and closed in turn. Escape
+        caller's work on earlier files (with ``head``, the rest of each file then waits in the page
+        cache for whoever reads it next); each descriptor is then read and closed in turn. Escape
         checks are those of :meth:`read_bytes`.
         """
         if not self.is_local:
             for rel in rels:
                 try:
-                    yield self.read_bytes(rel, rel)
+                    yield (
+                        self.read_bytes(rel, rel) if head is None else self._remote_head(rel, head)
+                    )
                 except (OSError, ShardfeedError) as err:
                     yield err
             return
@@ -141,7 +146,9 @@ class Location:
                     open_next(rel)
                 if isinstance(item, int):
                     try:
-                        data: bytes | OSError = _read_all(item)
+                        data: bytes | FileHead | OSError = (
+                            _read_all(item) if head is None else _read_head(item, head)
+                        )
                     except OSError as err:
                         data = err
                     finally:
@@ -153,6 +160,11 @@ class Location:
             for item in pending:
                 if isinstance(item, int):
                     os.close(item)
+
+    def _remote_head(self, rel: str, head: int) -> FileHead:
+        with self.open_input(rel, rel) as handle:
+            size = handle.size()
+            return FileHead(size, handle.read_at(min(head, size), 0) if head else b"")
 
     def _open_local(self, rel: str, field: str) -> int:
         """A read-only descriptor of local ``rel``: its directory resolved once and cached, the
@@ -194,6 +206,31 @@ class Location:
             )
             out.append(rel.replace(os.sep, "/"))
         return sorted(out)
+
+
+class FileHead(NamedTuple):
+    """A file's size and its first bytes (all of them when ``whole``)."""
+
+    size: int
+    data: bytes
+
+    @property
+    def whole(self) -> bool:
+        return len(self.data) >= self.size
+
+
+def _read_head(fd: int, head: int) -> FileHead:
+    """The size of an open file and its first ``head`` bytes (fewer only at its end)."""
+    size = os.fstat(fd).st_size
+    want = min(head, size)
+    chunks, got = [], 0
+    while got < want:
+        chunk = os.pread(fd, want - got, got)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return FileHead(size, b"".join(chunks))
 
 
 def _read_all(fd: int) -> bytes:

@@ -103,6 +103,8 @@ class ConvertConfig:
         """``src`` opened as a ``kind`` source with this run's options; sources that hold
         encoded images get the image policy."""
         media = {"media_hook": self.image_policy()} if kind in _MEDIA_KINDS else {}
+        if self.dedup and kind == "imagefolder":  # copies are found by the images' own bytes
+            media["hash_content"] = True
         for option in self.source_options:
             kinds = _OPTION_KINDS.get(option)  # other options are the caller's own to check
             if kinds is not None and kind not in kinds:

@@ -165,3 +165,117 @@ def test_symlinked_class_inside_root_is_followed_once(tmp_path):
     source = ImageFolderSource(tmp_path)
     _spec, units, rejects = scan_all(source)
     assert [u.locator[0] for u in units] == ["real/x.jpg"] and rejects == []
+
+
+# --------------------------------------------------------------------------------------------------
+# Header-only scans (--validate header / none): each image is read once, by its shard writer
+
+
+def noisy_jpeg(seed: int, side: int = 160, app_bytes: int = 0) -> bytes:
+    """A JPEG of random pixels (tens of KB), optionally with a comment segment of ``app_bytes``
+    before the frame header, which pushes the header past the scan's head."""
+    import numpy as np
+
+    pixels = np.random.default_rng(seed).integers(0, 256, (side, side, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="JPEG", quality=95)
+    data = buf.getvalue()
+    for _ in range(app_bytes // 65_000):
+        data = data[:2] + b"\xff\xfe" + (65_002).to_bytes(2, "big") + b"c" * 65_000 + data[2:]
+    return data
+
+
+@pytest.fixture
+def photos(tmp_path: Path) -> Path:
+    root = tmp_path / "photos"
+    (root / "a").mkdir(parents=True)
+    (root / "b").mkdir()
+    for i in range(6):
+        (root / "a" / f"{i}.jpg").write_bytes(noisy_jpeg(i))
+    (root / "b" / "big_header.jpg").write_bytes(noisy_jpeg(9, app_bytes=130_000))
+    (root / "b" / "w.webp").write_bytes(encode((1, 2, 3), "WEBP"))  # Pillow only
+    (root / "b" / "bad.jpg").write_bytes(b"\xff\xd8\xff\xe0" + b"\x00" * 40)  # no frame header
+    (root / "b" / "huge.png").write_bytes(_png_header(50_000, 50_000))
+    return root
+
+
+def _png_header(width: int, height: int) -> bytes:
+    """A PNG whose header declares ``width x height`` (its data is not valid)."""
+    import struct
+    import zlib
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    chunk = b"IHDR" + ihdr
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + struct.pack(">I", len(ihdr))
+        + chunk
+        + struct.pack(">I", zlib.crc32(chunk))
+        + struct.pack(">I", 4)
+        + b"IDAT"
+        + b"\x00" * 8
+    )
+
+
+def _whole_reads(monkeypatch) -> list[str]:
+    """Names of the files the storage layer reads whole from now on."""
+    from shardfeed.formats import storage
+
+    seen: list[str] = []
+    real_all, real_bytes = storage._read_all, storage.Location.read_bytes
+
+    def read_all(fd):
+        seen.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real_all(fd)
+
+    def read_bytes(self, rel, field="path"):
+        seen.append(rel)
+        return real_bytes(self, rel, field)
+
+    monkeypatch.setattr(storage, "_read_all", read_all)
+    monkeypatch.setattr(storage.Location, "read_bytes", read_bytes)
+    return seen
+
+
+def test_a_header_scan_reads_heads_and_settles_the_rest_as_a_whole_scan(photos, monkeypatch):
+    from shardfeed.transforms.image_policy import HEAD_BYTES, ImagePolicy
+
+    policy = ImagePolicy(validate="header")
+    _, whole_units, whole_rejects = scan_all(
+        ImageFolderSource(str(photos), media_hook=policy, hash_content=True)
+    )
+    seen = _whole_reads(monkeypatch)
+    _, units, rejects = scan_all(ImageFolderSource(str(photos), media_hook=policy))
+    # only what the head cannot settle is read again whole: a header past the head (a WebP, or a
+    # JPEG without a frame header, which only Pillow settles, fit in their heads)
+    assert {Path(p).name for p in seen} == {"big_header.jpg"}
+    assert len((photos / "a" / "0.jpg").read_bytes()) > HEAD_BYTES // 4
+    key = lambda u: u.locator  # noqa: E731
+    assert [(u.locator, u.payload_bytes) for u in sorted(units, key=key)] == [
+        (u.locator, u.payload_bytes) for u in sorted(whole_units, key=key)
+    ]
+    assert [(r.source, r.reason) for r in rejects] == [(r.source, r.reason) for r in whole_rejects]
+    assert {r.source for r in rejects} == {"b/bad.jpg", "b/huge.png"}  # the second by its header
+    digests = {u.locator[0]: u.content_hash for u in units}
+    assert digests["a/0.jpg"] == hashlib.sha256(b"a/0.jpg").hexdigest()[:32]
+
+
+def test_validate_none_reads_nothing_in_the_scan(photos, monkeypatch):
+    from shardfeed.transforms.image_policy import ImagePolicy
+
+    seen = _whole_reads(monkeypatch)
+    _, units, rejects = scan_all(
+        ImageFolderSource(str(photos), media_hook=ImagePolicy(validate="none"))
+    )
+    assert seen == [] and rejects == [] and len(units) == 10
+    sizes = {u.locator[0]: u.payload_bytes for u in units}
+    assert sizes["a/1.jpg"] == (photos / "a/1.jpg").stat().st_size + len("a/1.jpg") + 8
+
+
+def test_full_validation_and_re_encoding_still_read_whole_files(photos, monkeypatch):
+    from shardfeed.transforms.image_policy import ImagePolicy
+
+    for policy in (ImagePolicy(validate="full"), ImagePolicy("header", image_format="png")):
+        seen = _whole_reads(monkeypatch)
+        scan_all(ImageFolderSource(str(photos), media_hook=policy))
+        assert len(seen) == 10, policy

@@ -15,8 +15,13 @@ from shardfeed.transforms.images import (
     ImageFormat,
     ValidateMode,
     reencode_image,
+    validate_head,
     validate_image,
 )
+
+#: leading bytes read to check a header: JPEG headers end at the start of scan, past any
+#: EXIF/ICC segments (tens of KB in camera files); PNG headers at the first IDAT chunk
+HEAD_BYTES = 64 << 10
 
 
 @dataclass(frozen=True)
@@ -30,6 +35,20 @@ class ImagePolicy:
     def rewrites(self) -> bool:
         """Whether the output bytes may differ from the input (a shard writer must re-apply it)."""
         return self.image_format != "keep" or self.max_side is not None
+
+    @property
+    def head_bytes(self) -> int | None:
+        """How much of a file may settle its check: nothing with ``--validate none``, the header
+        with ``--validate header``; None (the whole file) for full validation or re-encoding."""
+        if self.rewrites or self.validate == "full":
+            return None
+        return 0 if self.validate == "none" else HEAD_BYTES
+
+    def check_head(self, head: bytes) -> bool:
+        """Whether a file's first :attr:`head_bytes` prove it passes (``RejectError`` when its
+        header fails a check); False when only the whole file can tell (a format or header only
+        Pillow reads, or a header longer than the head)."""
+        return self.validate == "none" or validate_head(head, max_pixels=self.max_pixels)
 
     def __call__(self, data: bytes) -> bytes:
         validate_image(data, mode=self.validate, max_pixels=self.max_pixels)

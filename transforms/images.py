@@ -127,6 +127,20 @@ def validate_image(
             return ImageInfo(img.format or "", img.width, img.height, img.mode, frames)
 
 
+def validate_head(head: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> bool:
+    """``validate_image(data, mode="header")`` from the first bytes of ``data`` alone, where they
+    settle it: True (passes) when :func:`~shardfeed.formats.image_header.read_header` answers,
+    since it never looks past the header (JPEG: up to the start of scan; PNG: up to the first
+    IDAT), so its answer on a prefix is its answer on the whole file; raises RejectError when
+    that header is over ``max_pixels``; False when only the whole file can tell."""
+    _check_max_pixels(max_pixels)
+    fast = read_header(head)
+    if fast is None:
+        return False
+    _check_pixels(fast.width, fast.height, max_pixels)
+    return True
+
+
 def reencode_image(
     data: bytes,
     *,

@@ -108,8 +108,15 @@ class MediaHook(Protocol):
     """
 
     rewrites: bool
+    #: leading bytes of a file that may settle its check (:meth:`check_head`); None when the
+    #: whole file is always needed (full validation, re-encoding)
+    head_bytes: int | None
 
     def __call__(self, data: bytes) -> bytes: ...
+
+    def check_head(self, head: bytes) -> bool:
+        """True when a file's first ``head_bytes`` prove that it passes (``RejectError`` when
+        they prove it fails); False when only the whole file can tell."""
 
 
 class SourceReader(Protocol):

@@ -115,13 +115,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="leave out exact duplicates (equal content hash) across the whole corpus: the first "
         "occurrence in source order is kept, each later copy is counted in the summary and the "
-        "manifest and listed in meta/shardfeed/duplicates.jsonl (not for LeRobot sources)",
+        "manifest and listed in meta/shardfeed/duplicates.jsonl (not for LeRobot sources; "
+        "an image folder's images are then read twice, to hash their bytes)",
     )
     parser.add_argument(
         "--validate",
         choices=["full", "header", "none"],
         default="full",
-        help="how much of each image is decoded to prove it sound: full catches truncation, header checks headers and pixel counts (default full)",
+        help="how much of each image is decoded to prove it sound: full catches truncation, header "
+        "checks headers and pixel counts (default full). With header or none (and no "
+        "--image-format, --max-image-side or --dedup) an image folder's scan reads only each "
+        "image's header, so every image is read in full once, by its shard writer; full, "
+        "re-encoding and --dedup read each image twice (scan, then writer)",
     )
     parser.add_argument(
         "--image-format",

@@ -310,8 +310,9 @@ def _skip_group(buf: bytes, pos: int, end: int, field: int, tag_pos: int) -> int
     return pos
 
 
-def _packed_varints(buf: bytes, pos: int, stop: int) -> np.ndarray:
-    """Packed varints of ``buf[pos:stop]`` as uint64 (bit patterns of the int64s)."""
+def packed_varints(buf: bytes, pos: int, stop: int) -> np.ndarray:
+    """Packed varints of ``buf[pos:stop]`` as uint64 (bit patterns of the int64s); raises
+    :class:`ExampleDecodeError` for a truncated or overlong one."""
     if stop - pos <= _PACKED_LOOP_BYTES:
         out = []
         while pos < stop:
@@ -422,7 +423,7 @@ def _parse_list(buf: bytes, pos: int, end: int, kind: Kind, parts: list) -> None
                     )
                 parts.append(np.frombuffer(buf, "<f4", (stop - start) // 4, start))
             else:
-                parts.append(_packed_varints(buf, start, stop))
+                parts.append(packed_varints(buf, start, stop))
         elif tag == 0x0D and kind == "float":
             parts.append(np.frombuffer(buf, "<f4", 1, start))
         elif tag == 0x08 and kind == "int64":

@@ -19,6 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shardfeed.formats.tf_example import packed_varints
+
 __all__ = ["KIND_CODES", "ExampleBatch", "KeyValues", "decode_batch", "gather"]
 
 #: kind codes of :attr:`KeyValues.kind`: 0 for a record without the key (or a Feature with no
@@ -364,16 +366,7 @@ def _varints_of(raw: np.ndarray | None) -> np.ndarray:
     """Concatenated whole varints -> int64 values (two's complement bit patterns)."""
     if raw is None or not raw.size:
         return np.zeros(0, np.int64)
-    last = np.flatnonzero(raw < 0x80)
-    if len(last) == len(raw):
-        return raw.astype(np.int64)
-    first = np.empty_like(last)
-    first[0] = 0
-    first[1:] = last[:-1] + 1
-    sizes = last - first + 1
-    shift = (np.arange(len(raw)) - np.repeat(first, sizes)).astype(np.uint64) * np.uint64(7)
-    groups = (raw & 0x7F).astype(np.uint64) << shift
-    return np.bitwise_or.reduceat(groups, first).view(np.int64)
+    return packed_varints(raw.tobytes(), 0, raw.size).view(np.int64)
 
 
 def _bad_of(fields: _Fields, messages: int) -> np.ndarray:

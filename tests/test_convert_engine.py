@@ -201,6 +201,19 @@ def _big_jsonl(root: Path) -> Path:
     return root
 
 
+def spy_pieces(monkeypatch, source_class) -> list[tuple[str, int, int, int]]:
+    """``(file, start, stop, first)`` of each piece a source class scans from now on."""
+    seen = []
+    scan_piece = source_class.scan_piece
+
+    def spy(self, file, spec, start, stop, first):
+        seen.append((file, start, stop, first))
+        return scan_piece(self, file, spec, start, stop, first)
+
+    monkeypatch.setattr(source_class, "scan_piece", spy)
+    return seen
+
+
 @pytest.mark.parametrize("order", ["shuffled", "no-shuffle"])
 def test_a_large_jsonl_file_is_scanned_in_pieces_with_the_unsplit_output(
     tmp_path, monkeypatch, order
@@ -212,14 +225,7 @@ def test_a_large_jsonl_file_is_scanned_in_pieces_with_the_unsplit_output(
     args += ["--no-shuffle"] if order == "no-shuffle" else []
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     assert main(["convert", str(src), str(whole), *args]) == 0
-    seen = []
-    scan_piece = JsonlSource.scan_piece
-
-    def spy(self, file, spec, start, stop, first):
-        seen.append((file, start, stop, first))
-        return scan_piece(self, file, spec, start, stop, first)
-
-    monkeypatch.setattr(JsonlSource, "scan_piece", spy)
+    seen = spy_pieces(monkeypatch, JsonlSource)
     assert main(["convert", str(src), str(cut), *args, "--task-size", "20KB"]) == 0
     big = sorted(p for p in seen if p[0] == "big.jsonl")
     assert len(big) >= 10  # the big file was many tasks
@@ -414,14 +420,7 @@ def test_a_large_tfrecord_file_is_scanned_in_pieces_with_the_unsplit_output(tmp_
     args = ["--target-shard-size", "60KB", "--max-reject-fraction", "0.1"]
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     assert main(["convert", str(src), str(whole), *args]) == 0
-    seen = []
-    scan_piece = TFRecordSource.scan_piece
-
-    def spy(self, file, spec, start, stop, first):
-        seen.append((file, start, stop, first))
-        return scan_piece(self, file, spec, start, stop, first)
-
-    monkeypatch.setattr(TFRecordSource, "scan_piece", spy)
+    seen = spy_pieces(monkeypatch, TFRecordSource)
     assert main(["convert", str(src), str(cut), *args, "--task-size", "30KB"]) == 0
     big = sorted(p for p in seen if p[0] == "big.tfrecord")
     assert len(big) >= 5 and big[0][1:] == (0, big[1][1], 0)

@@ -95,7 +95,13 @@ def scan_file(
     A spooling source's rows go to the file's spool as they are decoded (``formats/spool.py``).
     Keys, buckets and the tables are computed with array operations, not per unit. ``spec``
     None: the features the graph decided (``spec_stage``)."""
-    spec = spec or load_spec(config.work)
+    _scan_whole(file, source, spec or load_spec(config.work), config)
+    beam.metrics.Metrics.counter("shardfeed", "files").inc()
+    return file
+
+
+def _scan_whole(file: str, source: SourceReader, spec: FeatureSpec, config: GraphConfig) -> None:
+    """Scan one whole file into its unit table, totals, rejects and (if it spools) its spool."""
     spooled = spools(source, file)
     if spooled:
         columns, rejects, keys = scan_into_spool(
@@ -105,8 +111,6 @@ def scan_file(
         result = source.scan(file, spec)
         columns, rejects, keys = _ref_columns(file, result.units), result.rejects, None
     _save_scan(file, file, columns, rejects, spooled, config, keys)
-    beam.metrics.Metrics.counter("shardfeed", "files").inc()
-    return file
 
 
 @no_annotations  # a SourceReader is a Protocol, which Beam 2.78's type check cannot compare
@@ -117,11 +121,13 @@ def scan_piece(
     and spool are written under its own part name; ``merge_pieces`` joins them per file."""
     file, index, start, stop, first = piece
     spec = spec or load_spec(config.work)
+    whole = (start, stop) == (0, -1)  # the file's only piece: no joining needed
+    if whole:  # as an unsplit file (a plain tar is then read again by seeking, not spooled)
+        _scan_whole(file, source, spec, config)
+        return file, index
     rows = source.scan_piece(file, spec, start, stop, first)
     columns, rejects, keys = scan_into_spool(file, index, rows, spec, config)
-    whole = (start, stop) == (0, -1)  # the file's only piece: no joining needed
-    name = file if whole else piece_name(file, index)
-    _save_scan(name, file, columns, rejects, True, config, keys)
+    _save_scan(piece_name(file, index), file, columns, rejects, True, config, keys)
     return file, index
 
 

@@ -447,3 +447,64 @@ def test_tfrecord_pieces_start_at_records_and_stop_at_a_damaged_header(tmp_path)
     data[cut + 2] ^= 0xFF  # record 1000's length no longer matches its CRC
     (src / "big.tfrecord").write_bytes(bytes(data))
     assert max(a for a, _ in source.pieces("big.tfrecord", 20_000)) <= cut
+
+
+def _big_tar(root: Path) -> Path:
+    """A plain WebDataset shard of 400 samples (text, json, some images, a long member name that
+    needs a GNU long-name header, a sample refused for a bad image) and a small gzip shard."""
+    from test_source_webdataset import encode, sample_members, write_tar
+
+    docs = _documents(400, seed=8)
+    members = []
+    for i, doc in enumerate(docs):
+        key = f"{i:05d}" if i != 250 else "long/" + "k" * 120  # a name past 100 bytes
+        fields = {"txt": doc["text"], "json": {"i": i}}
+        if i % 40 == 3:
+            fields["jpg"] = encode((i % 200, 10, 20), "JPEG", (8, 6))
+        if i == 77:
+            fields["png"] = b"not a png"  # a reject
+        members += sample_members(key, fields)
+    write_tar(root / "big.tar", members)
+    write_tar(root / "small.tar.gz", members[:30], gz=True)
+    return root
+
+
+def test_a_large_tar_shard_is_scanned_in_pieces_of_whole_samples(tmp_path, monkeypatch):
+    from shardfeed.formats.sources.webdataset import WebDatasetSource
+
+    src = _big_tar(tmp_path / "src")
+    args = ["--target-shard-size", "60KB", "--max-reject-fraction", "0.1"]
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    assert main(["convert", str(src), str(whole), *args]) == 0
+    seen = spy_pieces(monkeypatch, WebDatasetSource)
+    assert main(["convert", str(src), str(cut), *args, "--task-size", "40KB"]) == 0
+    big = sorted(p for p in seen if p[0] == "big.tar")
+    assert len(big) >= 4 and big[0][1] == 0 and big[0][3] == 0 and big[-1][2] == -1
+    assert all(a[2] == b[1] for a, b in itertools.pairwise(big))
+    assert [p for p in seen if p[0] == "small.tar.gz"] == [("small.tar.gz", 0, -1, 0)]
+    assert _tree(whole) == _tree(cut)
+    assert open_dataset(cut).manifest.rejects.total == 1
+
+
+def test_tar_pieces_cut_between_samples_and_never_where_context_matters(tmp_path):
+    from test_source_webdataset import sample_members, write_tar
+
+    from shardfeed.formats.sources.webdataset import WebDatasetSource
+
+    src = _big_tar(tmp_path / "src")
+    source = WebDatasetSource(str(src))
+    ranges = source.pieces("big.tar", 30_000)
+    assert len(ranges) >= 4
+    spans = [source.infer_piece("big.tar", a, b)[1] for a, b in ranges]
+    assert sum(spans) == 400 and min(spans) > 0  # every sample in exactly one piece
+    merged = source.infer_piece("big.tar", 0, -1)[0]
+    parts = [source.infer_piece("big.tar", a, b)[0] for a, b in ranges]
+    assert sum(p.members for p in parts) == merged.members
+    assert source.pieces("small.tar.gz", 1) == [(0, -1)]
+    # a key that comes back after its sample ended is judged over the whole shard: no cuts
+    members = []
+    for i in range(200):
+        members += sample_members(f"{i:05d}", {"txt": "x" * 500})
+    members += sample_members("00003", {"cls": 1})
+    write_tar(src / "again.tar", members)
+    assert source.pieces("again.tar", 10_000) == [(0, -1)]

@@ -53,8 +53,10 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import gzip
 import hashlib
+import itertools
 import os
 import posixpath
 import re
@@ -301,21 +303,31 @@ class _LastRead:
         return self.raw.tell()
 
 
-def _walk(stream: Any, with_data: bool, max_member: int) -> Iterator[_Member | _End]:
+def _walk(
+    stream: Any, with_data: bool, max_member: int, base: int = 0, cut: bool = False
+) -> Iterator[_Member | _End]:
     """The members of a decompressed tar stream, ending with one :class:`_End`. Never raises for
-    bad input: a broken archive ends the walk with an ``io_error``."""
+    bad input: a broken archive ends the walk with an ``io_error``. ``base`` is the stream's
+    offset in the shard; ``cut``: the stream is a piece ending at a member boundary, so its end
+    is a clean one, not a missing end-of-archive marker."""
     tail = _LastRead(stream)
     try:
         with tarfile.open(
             fileobj=tail, mode="r:", encoding="utf-8", errors="surrogateescape"
         ) as archive:
-            yield from _walk_open(archive, tail, with_data, max_member)
+            for item in _walk_open(archive, tail, with_data, max_member, cut):
+                yield _shifted(item, base) if base else item
     except _READ_ERRORS as err:  # tarfile.open read the first header and found no tar
-        yield _End(0, RejectError("io_error", f"not a readable tar archive ({err})"))
+        yield _End(base, RejectError("io_error", f"not a readable tar archive ({err})"))
+
+
+def _shifted(item: _Member | _End, base: int) -> _Member | _End:
+    """``item`` with its offset counted from the shard's start."""
+    return dataclasses.replace(item, offset=item.offset + base)
 
 
 def _walk_open(
-    archive: tarfile.TarFile, tail: _LastRead, with_data: bool, max_member: int
+    archive: tarfile.TarFile, tail: _LastRead, with_data: bool, max_member: int, cut: bool
 ) -> Iterator[_Member | _End]:
     while True:
         offset = archive.offset
@@ -325,7 +337,8 @@ def _walk_open(
             yield _End(offset, _broken(offset, err))
             return
         if info is None:
-            yield _End(archive.offset, _end_error(tail.last, archive.offset))
+            error = None if cut and not tail.last else _end_error(tail.last, archive.offset)
+            yield _End(archive.offset, error)
             return
         archive.members.clear()  # keep memory flat (links are never resolved)
         error = _refusal(info, max_member)
@@ -576,13 +589,15 @@ class _Sample:
     error: RejectError | None = None
 
 
-def _samples(items: Iterable[_Member | _End]) -> Iterator[_Sample | tuple[str, RejectError]]:
-    """Group a walk's members into samples, in archive order. Also yields ``(position, error)``
-    for a refused member that names no sample and for a broken archive; the sample in progress
-    at a break is dropped (its members may be incomplete)."""
+def _samples(
+    items: Iterable[_Member | _End], first: int = 0
+) -> Iterator[_Sample | tuple[str, RejectError]]:
+    """Group a walk's members into samples, in archive order, numbering them from ``first``. Also
+    yields ``(position, error)`` for a refused member that names no sample and for a broken
+    archive; the sample in progress at a break is dropped (its members may be incomplete)."""
     current: _Sample | None = None
     ended: set[str] = set()
-    ordinal = 0
+    ordinal = first
     for item in items:
         if isinstance(item, _End):
             broken = split_name(item.member or "")
@@ -632,6 +647,54 @@ def _samples(items: Iterable[_Member | _End]) -> Iterator[_Sample | tuple[str, R
 _SPOOL_PART_BYTES = 64 << 20  # payload per spooled part: bounds the rows held while scanning
 
 
+def sample_cuts(stream: Any, every: int, max_member: int) -> list[int]:
+    """Offsets where a plain shard can be cut into runs of whole samples about ``every`` bytes
+    long, from a walk over its member headers (data is skipped by seeking): each cut is where a
+    member's header chain starts (extended headers included) and a new key begins. None at all
+    for a shard whose walk finds anything a whole-shard scan must judge in context (a refused
+    member, a key that comes back after its sample ended, a broken end)."""
+    cuts: list[int] = []
+    key: str | None = None
+    ended: set[str] = set()
+    boundary = last_cut = 0  # where the header chain after the last member starts
+    for item in _walk(stream, False, max_member):
+        if isinstance(item, _End):
+            return cuts if item.error is None else []
+        if item.error is not None:
+            return []
+        parts = split_name(item.name)
+        if parts is not None and parts[0] != key:
+            if parts[0] in ended:
+                return []
+            if key is not None:
+                ended.add(key)
+                if boundary - last_cut >= every:
+                    cuts.append(boundary)
+                    last_cut = boundary
+            key = parts[0]
+        boundary = item.offset + -(-item.size // _BLOCK) * _BLOCK
+    return []
+
+
+class _Window:
+    """Bytes ``[start, stop)`` of a seekable file as a file of their own (offsets from 0)."""
+
+    def __init__(self, raw: Any, start: int, stop: int) -> None:
+        self.raw, self.start, self.stop = raw, start, stop
+        raw.seek(start)
+
+    def read(self, size: int = -1) -> bytes:
+        left = self.stop - self.raw.tell()
+        return self.raw.read(left if size < 0 else min(size, left)) if left > 0 else b""
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: self.start, 1: self.raw.tell(), 2: self.stop}[whence]
+        return self.raw.seek(base + offset) - self.start
+
+    def tell(self) -> int:
+        return self.raw.tell() - self.start
+
+
 class WebDatasetSource:
     """WebDataset tar shards as a :class:`~shardfeed.formats.sources.base.SourceReader`.
 
@@ -642,6 +705,7 @@ class WebDatasetSource:
     """
 
     kind: ClassVar[str] = "webdataset"
+    first_position: ClassVar[int] = 0  # a sample's position is its ordinal in its shard
     #: The combine function for ``infer`` results, reachable from the class.
     merge_inferred = staticmethod(merge_inferred)
     #: The dataclass ``infer`` returns, rebuilt from its JSON form between pipeline stages.
@@ -708,11 +772,17 @@ class WebDatasetSource:
                 if stream is not handle:
                     stream.close()
 
-    def _members(self, file: str, with_data: bool) -> Iterator[_Member | _End]:
-        """``_walk`` of one shard; a shard that cannot be opened is one ``_End`` with its error."""
+    def _members(
+        self, file: str, with_data: bool, start: int = 0, stop: int = -1
+    ) -> Iterator[_Member | _End]:
+        """``_walk`` of one shard (of its bytes ``[start, stop)``, a piece from :meth:`pieces`);
+        a shard that cannot be opened is one ``_End`` with its error."""
         try:
-            with self._open(file) as (_, stream, _gz):
-                yield from _walk(stream, with_data, self.max_member_bytes)
+            with self._open(file) as (handle, stream, _gz):
+                if (start, stop) != (0, -1):
+                    stream = _Window(handle, start, stop if stop >= 0 else handle.size())
+                cut = stop >= 0
+                yield from _walk(stream, with_data, self.max_member_bytes, start, cut)
         except UnsafePathError as err:
             yield _End(0, RejectError("path_escape", err.message))
         except OSError as err:
@@ -723,9 +793,16 @@ class WebDatasetSource:
     def infer(self, file: str) -> InferredFields:
         """Member counts per field of one shard, from its headers alone (refused members and
         names that are not UTF-8 do not count)."""
+        return self.infer_piece(file, 0, -1)[0]
+
+    def infer_piece(self, file: str, start: int, stop: int) -> tuple[InferredFields, int]:
+        """``infer`` over the members in bytes ``[start, stop)``, and how many samples start
+        there (positions the piece spans)."""
         fields: dict[str, int] = {}
         members = 0
-        for item in self._members(file, with_data=False):
+        walked: list[_Member | _End] = []
+        for item in self._members(file, False, start, stop):
+            walked.append(item)
             if isinstance(item, _End) or item.error is not None:
                 continue
             parts = split_name(item.name)
@@ -733,7 +810,22 @@ class WebDatasetSource:
                 continue
             members += 1
             fields[parts[1]] = fields.get(parts[1], 0) + 1
-        return InferredFields(members, fields)
+        span = sum(isinstance(group, _Sample) for group in _samples(walked))
+        return InferredFields(members, fields), span
+
+    def pieces(self, file: str, piece_bytes: int) -> list[tuple[int, int]]:
+        """Byte ranges of whole samples, about ``piece_bytes`` each, from a walk over a plain
+        shard's headers (:func:`sample_cuts`); one piece ``(0, -1)`` for a gzip shard, a shard
+        that fits, or one the walk finds anything odd in (the scan then judges it whole)."""
+        try:
+            with self._location.open_input(file, "file") as handle:
+                if handle.size() <= piece_bytes or handle.read_at(2, 0) == _GZIP_MAGIC:
+                    return [(0, -1)]
+                handle.seek(0)
+                cuts = sample_cuts(handle, piece_bytes, self.max_member_bytes)
+        except (OSError, UnsafePathError):
+            return [(0, -1)]  # the scan reports it
+        return list(itertools.pairwise([0, *cuts, -1]))
 
     def spec(self, inferred: Any | None = None) -> FeatureSpec:
         """``__key__``, ``__url__``, then one column per field by name (see the module docstring)."""
@@ -800,13 +892,20 @@ class WebDatasetSource:
         """The good samples of ``file`` converted to ``spec`` (images as the media hook leaves
         them), in parts of about ``_SPOOL_PART_BYTES``, with the rejects
         (:class:`~shardfeed.formats.sources.base.SpoolingSource`)."""
+        return self.scan_piece(file, spec, 0, -1, 0)
+
+    def scan_piece(
+        self, file: str, spec: FeatureSpec, start: int, stop: int, first: int
+    ) -> Iterator[RowsScan]:
+        """``scan_rows`` over the samples in bytes ``[start, stop)``, the first of them sample
+        ``first`` of the shard."""
         positions: list[int] = []
         payloads: list[int] = []
         hashes: list[str] = []
         rows: list[dict] = []
         rejects: list[RejectRecord] = []
         held = 0
-        for sample in self._converted(file, spec, keep_rows=True):
+        for sample in self._converted(file, spec, True, (start, stop, first)):
             if isinstance(sample, RejectRecord):
                 rejects.append(sample)
                 continue
@@ -825,12 +924,18 @@ class WebDatasetSource:
             yield RowsScan.one_row_each(positions, payloads, hashes, to_table(rows, spec), rejects)
 
     def _converted(
-        self, file: str, spec: FeatureSpec, keep_rows: bool
+        self,
+        file: str,
+        spec: FeatureSpec,
+        keep_rows: bool,
+        piece: tuple[int, int, int] = (0, -1, 0),
     ) -> Iterator[tuple[_Sample, dict[str, bytes], int, dict | None] | RejectRecord]:
-        """Each sample of ``file`` converted (its members, payload and, with ``keep_rows``, its
-        row), or the reject saying why not, in archive order."""
+        """Each sample of ``file`` (of the piece ``(start, stop, first ordinal)``) converted (its
+        members, payload and, with ``keep_rows``, its row), or the reject saying why not, in
+        archive order."""
         convert = _Converter(spec, self.media_hook)
-        for group in _samples(self._members(file, with_data=True)):
+        start, stop, first = piece
+        for group in _samples(self._members(file, True, start, stop), first):
             position, error = (
                 group if isinstance(group, tuple) else (f"key:{group.key}", group.error)
             )

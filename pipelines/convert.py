@@ -31,6 +31,7 @@ from shardfeed.formats.shard_writer import SHARD_WRITER_VERSION
 from shardfeed.formats.sources.base import (
     SourceReader,
     SplittableSource,
+    StampedInputs,
     UnitRef,
 )
 from shardfeed.formats.unit_table import (
@@ -326,9 +327,9 @@ def shard_inputs_digest(
     for name in ("file", "content_hash"):  # neither holds a newline
         h.update("\n".join(units.column(name).to_pylist()).encode())
         h.update(b"\0")
-    if hasattr(source, "video_inputs"):
-        for line in source.video_inputs(refs):
-            h.update(f"\n{line}".encode())
+    if isinstance(source, StampedInputs):
+        for line in source.input_stamps(refs):
+            h.update(f"\n{line}".encode("utf-8", "surrogateescape"))
     return h.hexdigest()
 
 

@@ -174,6 +174,17 @@ class SplittableSource(Protocol):
         """``scan_rows`` over the piece, whose first unit has position ``first``."""
 
 
+@runtime_checkable
+class StampedInputs(Protocol):
+    """A source whose units' hashes do not cover every byte a shard is made of (LeRobot videos
+    cut from MP4s; images scanned by their headers only): it names those inputs with their size
+    and mtime, so a re-run never reuses an interrupted run's shard whose inputs changed since
+    (rsync's quick check)."""
+
+    def input_stamps(self, refs: Sequence[UnitRef]) -> list[str]:
+        """One line per input of ``refs`` (no newlines): its name, size and mtime."""
+
+
 def unit_key(source: object, ref: UnitRef) -> str:
     """A unit's user-facing id, as ``shardfeed rejects`` would name it: ``SOURCE`` when the
     source file is the unit (an image), else ``SOURCE#POSITION`` (``part.jsonl#line:12``,

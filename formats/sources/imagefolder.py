@@ -204,6 +204,21 @@ class ImageFolderSource:
             )
         return result
 
+    def input_stamps(self, refs: Sequence[UnitRef]) -> list[str]:
+        """With header-only scans (a unit's hash is its path's digest), each image's path, size
+        and mtime; nothing when the hashes are the images' bytes'."""
+        if self._head_bytes() is None:
+            return []
+        out = []
+        for ref in refs:
+            rel = str(ref.locator[0])
+            try:
+                info = self.location.info(rel, rel)
+                out.append(f"{rel}\0{info.size}\0{info.mtime_ns}")
+            except (OSError, ShardfeedError):
+                out.append(f"{rel}\0gone")
+        return out
+
     def _head_bytes(self) -> int | None:
         """How much of each image the scan reads: None for all of it."""
         if self.hash_content or self.media_hook is None:

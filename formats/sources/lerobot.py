@@ -859,7 +859,7 @@ class LeRobotSource:
             files.append(file_record(root, rel))
         return per_episode, files
 
-    def video_inputs(self, refs: Sequence[UnitRef]) -> list[str]:
+    def input_stamps(self, refs: Sequence[UnitRef]) -> list[str]:
         """What :meth:`write_videos` would cut for ``refs``: each segment's path and range, with
         the source file's size and mtime, so a re-run never reuses a shard's video whose source
         MP4 changed since (rsync's quick check)."""

@@ -91,7 +91,11 @@ def read_rows(path: str, rows: np.ndarray, schema: pa.Schema) -> pa.Table:
             if len(part):
                 number = int(which[part[0]])
                 batch = reader.get_batch(number)  # read into memory, dropped after the take
-                pieces.append(batch.take(pa.array(rows[part] - firsts[number])))
+                local = rows[part] - firsts[number]
+                if local[-1] - local[0] + 1 == len(local) and (np.diff(local) == 1).all():
+                    pieces.append(batch.slice(int(local[0]), len(local)))  # a run: no copy
+                else:
+                    pieces.append(batch.take(pa.array(local)))
     return pa.Table.from_batches(pieces, schema)
 
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from shardfeed.formats.sources.jsonl import InferredSchema, JsonlSource
 from shardfeed.formats.sources.jsonl_blocks import (
+    PARSE_CHUNK,
     Block,
     BlockTyper,
     KindCounts,
@@ -229,3 +230,32 @@ def test_dropped_lines_keep_their_numbers() -> None:
     kinds = [(type(i).__name__, i.number) for i in items]
     assert kinds == [("Block", 1), ("_Line", 2), ("Block", 3)]
     assert isinstance(items[1], _Line) and items[1].error.reason == "json_invalid"
+
+
+def test_a_block_parsed_in_several_chunks_agrees_with_the_line_parser() -> None:
+    """Blocks are parsed by Arrow in chunks of about PARSE_CHUNK on its threads: types seen only
+    in a later chunk (a float after ints, text after timestamps and nulls, a key that appears
+    late) and a line longer than a chunk give what one chunk gives, and the line parser's rows;
+    kind counts resolve the same."""
+    n = 30_000
+    records = [
+        {"text": f"document {i}", "n": i, "x": i, "tag": "2020-01-01T00:00:00" if i else None}
+        for i in range(n)
+    ]
+    records[-3]["x"] = 2.5  # a float after a chunk of ints
+    records[-2]["tag"] = "plain text"  # text after timestamps
+    records[-1]["text"] = "y" * (PARSE_CHUNK + 10)  # a line longer than a chunk
+    lines = [json.dumps(r).encode() for r in records]
+    assert len(b"\n".join(lines)) > 3 * PARSE_CHUNK
+    fast, slow = _both_paths(lines)
+    assert fast is not None  # the Arrow path was taken
+    _same(fast, slow)
+    block = Block(1, 0, b"\n".join(lines) + b"\n")
+    counts = KindCounts()
+    count_kinds(block, counts)
+    assert InferredSchema(counts.records, counts.fields).kinds() == {
+        "text": "string",
+        "n": "int",
+        "x": "float",
+        "tag": "string",
+    }

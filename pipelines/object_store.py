@@ -30,7 +30,7 @@ from shardfeed.formats.tier_copy import Target
 from shardfeed.schemas.errors import ShardfeedError
 
 #: source kinds whose readers list and read through ``pyarrow.fs`` (others need local paths)
-REMOTE_KINDS = ("jsonl", "imagefolder", "parquet", "webdataset")
+REMOTE_KINDS = ("jsonl", "imagefolder", "parquet", "webdataset", "tfrecord")
 SCRATCH_PREFIX = "shardfeed-convert-"
 
 

@@ -171,12 +171,42 @@ def test_image_folder_from_s3(endpoint, tmp_path):
     assert ds.manifest.provenance.source == "imgs"
 
 
+def test_tfrecord_from_s3_equals_the_local_conversion(endpoint, tmp_path):
+    """TFRecord files (plain and gzip, with a record failing its CRC) read from S3 give the same
+    dataset as the same files read locally; an S3 file is never cut into pieces."""
+    from shardfeed.formats.tf_example import encode_example
+    from shardfeed.formats.tfrecord import write_records
+
+    local = tmp_path / "tfr"
+    local.mkdir()
+    records = [
+        encode_example({"id": ("int64", [i]), "text": ("bytes", [f"doc {i}".encode()])})
+        for i in range(300)
+    ]
+    write_records(local / "a.tfrecord", records[:200])
+    write_records(local / "b.tfrecord.gz", records[200:], compression="gzip")
+    data = bytearray((local / "a.tfrecord").read_bytes())
+    data[-10] ^= 0xFF  # the last record of a.tfrecord fails its data CRC
+    (local / "a.tfrecord").write_bytes(bytes(data))
+    _upload_dir(endpoint, local, "tfr")
+    args = ["--target-shard-size", "4KB", "--max-reject-fraction", "0.1", "--task-size", "2KB"]
+    assert main(["convert", "s3://bucket/tfr", str(tmp_path / "from-s3"), *args]) == 0
+    assert main(["convert", str(local), str(tmp_path / "from-disk"), *args]) == 0
+    ds = open_dataset(tmp_path / "from-s3")
+    assert len(ds) == 299 and ds.manifest.rejects.total == 1
+    got, want = tree_bytes(tmp_path / "from-s3"), tree_bytes(tmp_path / "from-disk")
+    source_names = {"meta/info.json", "meta/shardfeed/manifest.json"}  # name the SRC given
+    assert {k: v for k, v in got.items() if k not in source_names} == {
+        k: v for k, v in want.items() if k not in source_names
+    }
+
+
 def test_local_only_kinds_say_so(endpoint, tmp_path, capsys):
-    endpoint.create_dir("bucket/tfr")
-    with endpoint.open_output_stream("bucket/tfr/train.tfrecord") as out:
-        out.write(b"x")
-    assert main(["convert", "s3://bucket/tfr", str(tmp_path / "out")]) == 1
-    assert "tfrecord sources are read from local paths" in capsys.readouterr().err
+    endpoint.create_dir("bucket/robot/meta")
+    with endpoint.open_output_stream("bucket/robot/meta/info.json") as out:
+        out.write(b'{"codebase_version": "v3.0"}')
+    assert main(["convert", "s3://bucket/robot", str(tmp_path / "out"), "--from", "lerobot"]) == 1
+    assert "lerobot sources are read from local paths" in capsys.readouterr().err
 
 
 def test_failed_upload_leaves_no_manifest_and_a_rerun_completes(

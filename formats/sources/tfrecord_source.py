@@ -59,7 +59,6 @@ from shardfeed.formats.sources.drift import (
 )
 from shardfeed.formats.sources.listing import list_files, source_root
 from shardfeed.formats.sources.tfrecord_columns import KindTally, is_utf8, tally_batch, type_batch
-from shardfeed.formats.storage import locate
 from shardfeed.formats.tf_example import ExampleDecodeError, decode_example
 from shardfeed.formats.tf_example_batch import decode_batch
 from shardfeed.formats.tfrecord import (
@@ -185,8 +184,6 @@ class TFRecordSource:
     ) -> None:
         self.max_record_bytes = max_record_bytes
         self.unify_schemas = unify_schemas
-        if not locate(os.fspath(root)).is_local:
-            raise ShardfeedError(f"{root}: TFRecord sources are read from local paths")
         self._location, self._single = source_root(os.fspath(root), "TFRecord source")
         self.root = self._location.root
 
@@ -240,6 +237,8 @@ class TFRecordSource:
         """Byte ranges of whole records, about ``piece_bytes`` each, from a pass over the record
         headers only; one piece ``(0, -1)`` for a file that fits, or a gzip file (which cannot be
         entered in the middle)."""
+        if not self._location.is_local:  # the header walk would be a ranged read per record
+            return [(0, -1)]
         try:
             path = self._path(file)
             with open(path, "rb") as handle:
@@ -398,8 +397,7 @@ class TFRecordSource:
 
         batch, size = _Batch(first), 0
         try:
-            path = self._path(file)
-            with open(path, "rb", buffering=0) as handle:
+            with self._location.open_input(file, "file") as handle:
                 records: Iterator[tuple[int, bytes]] = iter_records(
                     _Window(handle, start, stop) if (start, stop) != (0, -1) else handle,
                     compression="auto" if (start, stop) == (0, -1) else None,
@@ -431,19 +429,19 @@ class TFRecordSource:
             yield batch
 
     def _fetch(self, file: str, offsets: list[int]) -> Iterator[tuple[int, bytes]]:
-        path = self._path(file)
-        with open(path, "rb") as handle:
-            compressed = handle.read(2) == b"\x1f\x8b"
-            if not compressed:
+        with self._location.open_input(file, "file") as handle:
+            if handle.read(2) != b"\x1f\x8b":
                 for offset in offsets:
                     yield offset, read_record_at(handle, offset, name=file)
                 return
-        wanted = set(offsets)
-        for offset, data in iter_records(path, max_record_bytes=self.max_record_bytes, name=file):
-            if offset in wanted:
-                yield offset, data
-                if offset >= offsets[-1]:
-                    return
+            handle.seek(0)
+            wanted = set(offsets)
+            records = iter_records(handle, max_record_bytes=self.max_record_bytes, name=file)
+            for offset, data in records:
+                if offset in wanted:
+                    yield offset, data
+                    if offset >= offsets[-1]:
+                        return
 
 
 def _rows_table(rows: Sequence[Sequence[Any]], spec: FeatureSpec) -> pa.Table:

@@ -207,7 +207,6 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
     hot = config.hot_settings()  # checked before anything is written
     stores = object_stores(config.src, config.dst, beam_args)  # s3:// SRC/DST, or local paths
     kind = config.kind or detect_kind(stores.src)
-    stores.check_kind(kind)
     if config.dedup and kind == "lerobot":
         raise ShardfeedError(
             "--dedup does not support episodic (LeRobot) sources: an episode's content hash covers "

@@ -27,10 +27,7 @@ from shardfeed.formats.object_publish import (
 )
 from shardfeed.formats.publish import prepare_root
 from shardfeed.formats.tier_copy import Target
-from shardfeed.schemas.errors import ShardfeedError
 
-#: source kinds whose readers list and read through ``pyarrow.fs`` (others need local paths)
-REMOTE_KINDS = ("jsonl", "imagefolder", "parquet", "webdataset", "tfrecord")
 SCRATCH_PREFIX = "shardfeed-convert-"
 
 
@@ -47,13 +44,6 @@ class ObjectStores:
     dst: str
     target: Target | None
     display: str
-
-    def check_kind(self, kind: str) -> None:
-        if is_remote(self.src) and kind not in REMOTE_KINDS:
-            raise ShardfeedError(
-                f"{kind} sources are read from local paths; copy {display_uri(self.src)} to a "
-                f"local directory first (object-store SRC works for {', '.join(REMOTE_KINDS)})"
-            )
 
     def prepare(self, overwrite: bool, takeover: bool) -> None:
         """Ready DST: the object store first (refuse a dataset there unless ``overwrite``), then

@@ -201,12 +201,22 @@ def test_tfrecord_from_s3_equals_the_local_conversion(endpoint, tmp_path):
     }
 
 
-def test_local_only_kinds_say_so(endpoint, tmp_path, capsys):
-    endpoint.create_dir("bucket/robot/meta")
-    with endpoint.open_output_stream("bucket/robot/meta/info.json") as out:
-        out.write(b'{"codebase_version": "v3.0"}')
-    assert main(["convert", "s3://bucket/robot", str(tmp_path / "out"), "--from", "lerobot"]) == 1
-    assert "lerobot sources are read from local paths" in capsys.readouterr().err
+def test_lerobot_with_videos_from_s3_equals_the_local_conversion(endpoint, tmp_path):
+    """A LeRobot v2.1 dataset with MP4s read from S3 (every source kind reads object stores now)
+    gives the local conversion's dataset: videos cut from the objects, byte for byte."""
+    from test_lerobot_videos import make_v21_with_videos
+
+    local = make_v21_with_videos(tmp_path / "v21")
+    _upload_dir(endpoint, local, "robot")
+    args = ["--from", "lerobot", "--target-shard-size", "150B"]
+    assert main(["convert", "s3://bucket/robot", str(tmp_path / "from-s3"), *args]) == 0
+    assert main(["convert", str(local), str(tmp_path / "from-disk"), *args]) == 0
+    got, want = tree_bytes(tmp_path / "from-s3"), tree_bytes(tmp_path / "from-disk")
+    assert any(name.endswith(".mp4") for name in got)
+    named = "meta/shardfeed/manifest.json"  # its provenance names the SRC given
+    assert {k: v for k, v in got.items() if k != named} == {
+        k: v for k, v in want.items() if k != named
+    }
 
 
 def test_failed_upload_leaves_no_manifest_and_a_rerun_completes(

@@ -169,6 +169,15 @@ def test_image_folder_from_s3(endpoint, tmp_path):
     ds = open_dataset(tmp_path / "out")
     assert len(ds) == 12 and sorted(set(ds.read(0, 12)["label"].tolist())) == [0, 1]
     assert ds.manifest.provenance.source == "imgs"
+    # header-only scans read heads with ranged reads; the images are the same ones
+    header = ["--target-shard-size", "1KB", "--validate", "header"]
+    assert main(["convert", "s3://bucket/imgs", str(tmp_path / "heads"), *header]) == 0
+
+    def rows(dataset) -> list:
+        got = dataset.read(0, 12)
+        return sorted(zip(list(got["path"]), got["label"].tolist(), strict=True))
+
+    assert rows(open_dataset(tmp_path / "heads")) == rows(ds)
 
 
 def test_tfrecord_from_s3_equals_the_local_conversion(endpoint, tmp_path):

@@ -250,3 +250,20 @@ def test_decode_errors_still_name_the_problem(tmp_path: Path):
     rejects = []
     assert [e for _, _, e in source._examples(source.files()[0], rejects)] == [None]
     assert rejects[0].reason == "example_invalid" and "runs past the end" in rejects[0].message
+
+
+def test_gather_is_the_slices_joined_whatever_their_sizes_and_order():
+    """Small ranges go through a byte index a chunk at a time, large ones are copied as slices
+    (so an image batch never builds an index of 8 bytes per byte); the result is the slices."""
+    from shardfeed.formats.tf_example_batch import gather
+
+    rng = np.random.default_rng(0)
+    buf = rng.integers(0, 256, 3_000_000, dtype=np.uint8)
+    for _ in range(50):
+        n = int(rng.integers(0, 400))
+        sizes = rng.choice([0, 1, 7, 300, 5_000, 50_000, 1_500_000], n)
+        starts = rng.integers(0, len(buf) - 1_500_001, n)  # any order, overlaps allowed
+        got = gather(buf, starts, starts + sizes)
+        assert got.to_pylist() == [
+            buf[a : a + s].tobytes() for a, s in zip(starts, sizes, strict=True)
+        ]

@@ -110,6 +110,13 @@ def test_jsonl_is_balanced_and_deterministic_across_running_modes(tmp_path):
         == 0
     )
     assert _tree(one) == _tree(two)
+    threads = tmp_path / "threads"
+    multi_threading = ["--direct_running_mode=multi_threading", "--direct_num_workers=2"]
+    assert (
+        main(["convert", str(src), str(threads), "--target-shard-size", "150KB", *multi_threading])
+        == 0
+    )
+    assert _tree(one) == _tree(threads)
     ds = open_dataset(one)
     assert len(ds) == 3000 and len(ds.shards) >= 5
     payload = [s.payload_bytes for s in ds.shards]

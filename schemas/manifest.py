@@ -7,11 +7,16 @@ host, time or destination, so the same input and content options give a byte-ide
 
 from __future__ import annotations
 
+import collections
+import contextlib
+import functools
+import gc
 import hashlib
 import itertools
 import json
+import operator
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -308,6 +313,23 @@ class Manifest:
                 "hot_shards",
                 f"{self.hot_shards} is outside 0..{len(self.shards)} (the shard count)",
             )
+        shard_paths = [shard.path for shard in self.shards]
+        paths = set(shard_paths)
+        starts = [shard.index_start for shard in self.shards]
+        ends = [shard.index_end for shard in self.shards]
+        if starts != [0, *ends[:-1]][: len(starts)] or len(paths) != len(shard_paths):
+            self._check_shard_tiling()  # raises, naming the first shard at fault
+        covered = ends[-1] if ends else 0
+        if covered != self.num_samples:
+            raise SchemaError("num_samples", f"{self.num_samples} but shards cover {covered} rows")
+        for i, rec in enumerate(self.files):
+            if rec.path in paths:
+                raise SchemaError(f"files[{i}].path", f"duplicate path {rec.path!r}")
+            paths.add(rec.path)
+        self._check_splits()
+
+    def _check_shard_tiling(self) -> None:
+        """Shards tile 0..num_samples in order, each path once: the first offence, named."""
         expected = 0
         paths: set[str] = set()
         for i, shard in enumerate(self.shards):
@@ -320,13 +342,6 @@ class Manifest:
             if shard.path in paths:
                 raise SchemaError(f"shards[{i}].path", f"duplicate path {shard.path!r}")
             paths.add(shard.path)
-        if expected != self.num_samples:
-            raise SchemaError("num_samples", f"{self.num_samples} but shards cover {expected} rows")
-        for i, rec in enumerate(self.files):
-            if rec.path in paths:
-                raise SchemaError(f"files[{i}].path", f"duplicate path {rec.path!r}")
-            paths.add(rec.path)
-        self._check_splits()
 
     def _check_splits(self) -> None:
         """Splits tile the shards in order, each a non-empty run of whole shards."""
@@ -398,10 +413,15 @@ class Manifest:
 
     @classmethod
     def loads(cls, text: str | bytes, source: str = MANIFEST_PATH) -> Manifest:
-        return load_document(text, source, cls.from_json)
+        # the parse allocates a few objects per field, all acyclic: pausing the cycle collector
+        # keeps it from walking the growing document again and again (a quarter of the time)
+        with _collector_paused():
+            return load_document(text, source, functools.partial(cls.from_json, owned=True))
 
     @classmethod
-    def from_json(cls, obj: Any) -> Manifest:
+    def from_json(cls, obj: Any, *, owned: bool = False) -> Manifest:
+        """The manifest of a parsed JSON object, checked. ``owned``: the caller hands ``obj``
+        over (``loads`` does), so its shard objects may become the records' own, uncopied."""
         obj = require_object(obj, "")
         version = get(obj, "format_version", str, "")
         parse_version(version, "format_version", FORMAT_MAJOR)
@@ -417,7 +437,8 @@ class Manifest:
             encoding=encoding,
             num_samples=non_negative(get(obj, "num_samples", int, ""), "num_samples"),
             fingerprint=_fingerprint_field(get(obj, "fingerprint", str, "")),
-            shards=tuple(ShardRecord.from_json(s, f"shards[{i}]") for i, s in enumerate(shards)),
+            shards=_plain_shards(shards, owned)
+            or tuple(ShardRecord.from_json(s, f"shards[{i}]") for i, s in enumerate(shards)),
             files=tuple(FileRecord.from_json(f, f"files[{i}]") for i, f in enumerate(files)),
             rejects=Rejects.from_json(get(obj, "rejects", dict, "")),
             provenance=Provenance.from_json(get(obj, "provenance", dict, "")),
@@ -461,6 +482,117 @@ def _fingerprint_field(value: str) -> str:
 
 def _compact(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
+#: one or more newline-ended relative paths of plain ASCII segments (letters, digits, ``_``, ``-``
+#: and ``.``, never starting with a dot): what ``check_relative_path`` accepts, in a narrower form
+_PLAIN_PATHS = re.compile(r"(?:[A-Za-z0-9_-][A-Za-z0-9_.-]*(?:/[A-Za-z0-9_-][A-Za-z0-9_.-]*)*\n)+")
+_SHARD_COUNTS = ("bytes", "payload_bytes", "rows", "index_start", "index_end")
+_SHARD_KEYS = frozenset({*_SHARD_COUNTS, "path", "row_groups", "sha256"})
+_SHARD_OPTIONAL = {"units": None, "footer_sha256": None}
+_SHARD_FIELDS = _SHARD_KEYS | _SHARD_OPTIONAL.keys()
+_SHARD_ORDER = tuple(sorted(_SHARD_KEYS))
+_SHARD_GETTER = operator.itemgetter(*_SHARD_ORDER)
+_FULL_ORDER = tuple(sorted(_SHARD_FIELDS))
+_FULL_GETTER = operator.itemgetter(*_FULL_ORDER)
+_ABSENT = object()
+_HEX_DIGITS = b"0123456789abcdef"
+
+
+def _plain_shards(items: list, owned: bool) -> tuple[ShardRecord, ...] | None:
+    """The shard records of a manifest as shardfeed writes them, checked column by column with the
+    rules of :meth:`ShardRecord.from_json` (a narrower path form; exact integers only); None when
+    any record needs the record-by-record path, which then names the problem. Every DataLoader
+    worker loads the manifest, so 20,000 shards must cost little more than ``json.loads``
+    (``scripts/bench_manifest.sh``): the loops are ``map`` calls, not Python per record."""
+    if not items or set(map(type, items)) != {dict}:
+        return None
+    full = set(map(len, items)) == {len(_SHARD_FIELDS)}  # every optional key, as convert writes
+    order, getter = (_FULL_ORDER, _FULL_GETTER) if full else (_SHARD_ORDER, _SHARD_GETTER)
+    try:
+        columns = dict(zip(order, zip(*map(getter, items), strict=True), strict=True))
+    except KeyError:
+        return None
+    if full:
+        units, footers = list(columns["units"]), list(columns["footer_sha256"])
+    else:
+        units, footers = (
+            [
+                v
+                for v in map(dict.get, items, itertools.repeat(key), itertools.repeat(_ABSENT))
+                if v is not _ABSENT
+            ]
+            for key in ("units", "footer_sha256")
+        )
+        if sum(map(len, items)) != len(_SHARD_KEYS) * len(items) + len(units) + len(footers):
+            return None  # a key the records do not know
+    if not _sha256s(columns["sha256"]) or not _sha256s(footers):
+        return None
+    if not _plain_paths(columns["path"]):
+        return None
+    groups = columns["row_groups"]
+    if set(map(type, groups)) != {list}:
+        return None
+    flat = list(itertools.chain.from_iterable(groups))
+    counts = [columns[key] for key in _SHARD_COUNTS] + [units, flat]
+    if not all(map(_counts, filter(None, counts))):  # ints (not bools), none negative
+        return None
+    rows = list(columns["rows"])
+    if list(map(sum, groups)) != rows:
+        return None
+    if list(map(operator.sub, columns["index_end"], columns["index_start"])) != rows:
+        return None
+    # parsed dicts handed over become the records' own: no copies
+    owned_items = items if owned else list(map(dict, items))
+    short = [] if full else [s for s in owned_items if len(s) < len(_SHARD_FIELDS)]
+    for s in short:
+        for key, value in _SHARD_OPTIONAL.items():
+            s.setdefault(key, value)
+    rows_key = itertools.repeat("row_groups")
+    collections.deque(map(dict.__setitem__, owned_items, rows_key, map(tuple, groups)), 0)
+    # every field is checked above, as __post_init__ would
+    records = list(map(object.__new__, itertools.repeat(ShardRecord, len(owned_items))))
+    put = object.__setattr__
+    collections.deque(map(put, records, itertools.repeat("__dict__"), owned_items), 0)
+    return tuple(records)
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector (when it runs) for the block."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _counts(values: Sequence) -> bool:
+    """Every value is an int (not a bool) and none is negative."""
+    return set(map(type, values)) == {int} and min(values) >= 0
+
+
+def _sha256s(values: Sequence) -> bool:
+    """Every value is 64 lowercase hex digits, checked over all of them joined."""
+    if not values:
+        return True
+    if set(map(type, values)) != {str} or set(map(len, values)) != {64}:
+        return False
+    try:
+        joined = "".join(values).encode("ascii")
+    except UnicodeEncodeError:
+        return False
+    return not joined.translate(None, _HEX_DIGITS)  # nothing left once hex digits are deleted
+
+
+def _plain_paths(paths: Sequence) -> bool:
+    """Every path is a plain relative path (:data:`_PLAIN_PATHS`)."""
+    return (
+        set(map(type, paths)) == {str}
+        and _PLAIN_PATHS.fullmatch("\n".join(paths) + "\n") is not None
+    )
 
 
 def _sha256_field(value: str, field: str) -> str:

@@ -30,7 +30,6 @@ from shardfeed.formats.sources.base import UnitRef
 from shardfeed.formats.sources.webdataset import (
     InferredFields,
     WebDatasetSource,
-    _first_group,
     column_name,
     expand_braces,
     field_kind,
@@ -159,35 +158,86 @@ def tree(root: Path) -> dict[str, bytes]:
         ("a{b,c{1..2}}d", ["abd", "ac1d", "ac2d"]),
         ("a{b}c{1,2}", ["a{b}c1", "a{b}c2"]),
         ("plain.tar", ["plain.tar"]),
-        ("unbalanced{0..2.tar", ["unbalanced{0..2.tar"]),
+        ("a-{1..10..3}.tar", ["a-1.tar", "a-4.tar", "a-7.tar", "a-10.tar"]),
+        ("{a..c}.tar", ["a.tar", "b.tar", "c.tar"]),
+        ("\\{a,b\\}.tar", ["{a,b}.tar"]),
+        ("{Y..b}", ["Y", "Z", "a", "b"]),
     ],
 )
 def test_expand_braces(pattern, names) -> None:
     assert expand_braces(pattern) == names
 
 
-def _first_group_by_depth(pattern: str) -> tuple[int, int] | None:
-    """The definition: the first ``{`` whose depth count returns to zero, and where."""
-    for start, char in enumerate(pattern):
-        if char == "{":
-            depth = 0
-            for end in range(start, len(pattern)):
-                depth += {"{": 1, "}": -1}.get(pattern[end], 0)
-                if depth == 0:
-                    return start, end
-    return None
+BRACE_CASES = [
+    "a{1..10..3}b",
+    "{10..1..3}",
+    "{a..g..2}",
+    "{g..a..2}",
+    "{Z..a}",
+    "{a..Z}",
+    "{A..A}",
+    "{07..10}",
+    "{-05..3}",
+    "{2..-1}",
+    "{0..0}",
+    "{1..3..0}",
+    "x{,.bak}",
+    "{a,b}{c,d}{e,f}",
+    "python{2.{5..7},3.{2,3}}",
+    "\\{a,b\\}",
+    "{1\\{2,3}",
+    "{a\\,b}",
+    "\\\\{a,b}",
+    "{}",
+    "{a}",
+    "{{a,b}}",
+    "}{",
+    "a}b{",
+    "{1..3}\n",
+    "{1..3\n}",
+]
 
 
-@given(st.text(alphabet="{}a,", max_size=40))
-@settings(max_examples=500, deadline=None)
-def test_first_group_is_the_first_balanced_brace(pattern) -> None:
-    assert _first_group(pattern) == _first_group_by_depth(pattern)
+@pytest.mark.parametrize("pattern", BRACE_CASES)
+def test_braces_expand_as_braceexpand_does(pattern) -> None:
+    from braceexpand import UnbalancedBracesError, braceexpand
+
+    try:
+        want: list[str] | type = list(braceexpand(pattern))
+    except UnbalancedBracesError:
+        want = ShardfeedError
+    if want is ShardfeedError:
+        with pytest.raises(ShardfeedError, match="unbalanced"):
+            expand_braces(pattern)
+    else:
+        assert expand_braces(pattern) == want
 
 
-def test_many_unmatched_braces_stay_literal() -> None:
-    # 20,000 unmatched braces: the depth scan above would take ~10^8 steps; one pass is instant
-    pattern = "{" * 20_000 + "a{1,2}"
-    assert expand_braces(pattern) == ["{" * 20_000 + "a1", "{" * 20_000 + "a2"]
+@given(st.text(alphabet="{}a,.01Z9\\-", max_size=24))
+@settings(max_examples=800, deadline=None)
+def test_any_pattern_expands_as_braceexpand_does(pattern) -> None:
+    from braceexpand import UnbalancedBracesError, braceexpand
+
+    try:
+        want = list(braceexpand(pattern))
+    except UnbalancedBracesError:
+        with pytest.raises(ShardfeedError, match="unbalanced"):
+            expand_braces(pattern)
+        return
+    if len(want) <= 10_000:
+        assert expand_braces(pattern) == want
+
+
+def test_huge_and_deep_patterns_are_refused_before_any_name_is_made() -> None:
+    # braceexpand would build every member of the range first; here only its length is computed
+    with pytest.raises(ShardfeedError, match="more than 1,000,000"):
+        expand_braces("x-{0..999999999999999999}.tar")
+    with pytest.raises(ShardfeedError, match="more than 1,000,000"):
+        expand_braces("{0..999}{0..999}{0..9}")
+    with pytest.raises(ShardfeedError, match="nested more than"):
+        expand_braces("{" * 200 + "a,b" + "}" * 200)
+    with pytest.raises(ShardfeedError, match="unbalanced"):
+        expand_braces("{" * 20_000 + "a{1,2}")
 
 
 def test_brace_bounds_and_pattern_detection() -> None:

@@ -79,6 +79,7 @@ from shardfeed.formats.sources.base import (
     ScanResult,
     UnitRef,
 )
+from shardfeed.formats.sources.brace_patterns import expand_braces
 from shardfeed.formats.sources.jsonl import JSON_EXTRA
 from shardfeed.formats.sources.listing import list_files, source_root
 from shardfeed.formats.storage import Location, locate
@@ -117,70 +118,12 @@ _RESERVED = (KEY, URL, "index", "episode_index")
 _GZIP_MAGIC = b"\x1f\x8b"
 _BLOCK = tarfile.BLOCKSIZE  # 512 bytes: a tar header
 _SKIP_CHUNK = 1 << 20  # gzip reads: skip to the next wanted member 1 MiB at a time
-_MAX_EXPANSIONS = 1_000_000  # shard names one brace pattern may name
 _INT64 = (-(2**63), 2**63 - 1)
 _READ_ERRORS = (tarfile.TarError, EOFError, zlib.error, OSError)
 
 
 # --------------------------------------------------------------------------------------------------
 # Brace patterns
-
-
-def expand_braces(pattern: str) -> list[str]:
-    """Every name a brace pattern stands for, in pattern order (``a{1..2}{x,y}`` -> ``a1x a1y a2x
-    a2y``). A brace group without a top-level comma or a numeric range is literal text."""
-    group = _first_group(pattern)
-    if group is None:
-        return [pattern]
-    start, end = group
-    head, body, rest = pattern[:start], pattern[start + 1 : end], pattern[end + 1 :]
-    parts = _split_top(body)
-    rng = re.fullmatch(r"(-?\d+)\.\.(-?\d+)", body)
-    if len(parts) > 1:
-        middles = [m for part in parts for m in expand_braces(part)]
-    elif rng is not None:
-        middles = _numeric_range(rng.group(1), rng.group(2))
-    else:
-        return [head + "{" + body + "}" + tail for tail in expand_braces(rest)]
-    tails = expand_braces(rest)
-    if len(middles) * len(tails) > _MAX_EXPANSIONS:
-        raise ShardfeedError(f"{pattern!r} names more than {_MAX_EXPANSIONS:,} shards")
-    return [head + m + t for m in middles for t in tails]
-
-
-def _first_group(pattern: str) -> tuple[int, int] | None:
-    """Offsets of the first ``{`` that has a matching ``}``, and that ``}``, or None. One pass
-    with a stack: a run of unmatched ``{`` costs linear time, not quadratic."""
-    opened: list[int] = []
-    first: tuple[int, int] | None = None
-    for i, char in enumerate(pattern):
-        if char == "{":
-            opened.append(i)
-        elif char == "}" and opened:
-            start = opened.pop()  # an enclosing group closes later, with a smaller start
-            if first is None or start < first[0]:
-                first = (start, i)
-    return first
-
-
-def _split_top(body: str) -> list[str]:
-    parts, depth, last = [], 0, 0
-    for i, char in enumerate(body):
-        depth += {"{": 1, "}": -1}.get(char, 0)
-        if char == "," and depth == 0:
-            parts.append(body[last:i])
-            last = i + 1
-    return [*parts, body[last:]]
-
-
-def _numeric_range(first: str, last: str) -> list[str]:
-    a, b = int(first), int(last)
-    if abs(b - a) >= _MAX_EXPANSIONS:
-        raise ShardfeedError(f"{{{first}..{last}}} names more than {_MAX_EXPANSIONS:,} shards")
-    padded = any(len(s.lstrip("-")) > 1 and s.lstrip("-").startswith("0") for s in (first, last))
-    width = max(len(first), len(last)) if padded else 0
-    step = 1 if b >= a else -1
-    return [f"{i:0{width}d}" for i in range(a, b + step, step)]
 
 
 def is_shard_pattern(src: str) -> bool:

@@ -5,7 +5,8 @@ The rules are braceexpand 0.1.7's (tested against it): comma sequences ``{a,b}``
 ``{1..10}`` with an optional step ``{1..10..3}``, zero padding when an end is written with a leading
 zero (``{07..10}``), letter ranges over ``A-Za-z`` (``{a..c}``, ``{Z..a}``), ranges in either
 direction, nesting, a group that is none of these kept with its braces, and backslash escapes
-(``\\{`` is a literal brace; escapes are removed from the names). Unbalanced braces are an error.
+(``\\{`` is a literal brace; escapes are removed from the names, once per level of nesting, as the
+package removes them). Unbalanced braces are an error.
 
 Unlike the package, nothing is materialised before the size is known: a pattern is parsed into a
 tree whose size is computed arithmetically (a range's length, not its members), so
@@ -32,6 +33,10 @@ _ESCAPE = re.compile(r"\\(.)")
 
 class BracePatternError(ShardfeedError):
     """A pattern that is unbalanced, nested too deeply, or names too many names."""
+
+
+class _Refused(Exception):
+    """Why a pattern (or a group inside it) cannot be expanded; named with the whole pattern."""
 
 
 @dataclass(frozen=True)
@@ -61,11 +66,15 @@ class _Choice:
 def expand_braces(pattern: str) -> list[str]:
     """Every name ``pattern`` stands for, in braceexpand's order; raises
     :class:`BracePatternError` for unbalanced braces or more than :data:`MAX_NAMES` names."""
-    tree = _parse_pattern(pattern, 0)
+    shown = repr(pattern) if len(pattern) <= 80 else repr(pattern[:80]) + "..."
+    try:
+        tree = _parse_pattern(pattern, 0)
+    except _Refused as err:
+        raise BracePatternError(f"brace pattern {shown}: {err}") from None
     total = _pattern_size(tree)
     if total > MAX_NAMES:
-        raise BracePatternError(f"{pattern!r} names more than {MAX_NAMES:,} shards ({total:,})")
-    return [_ESCAPE.sub(r"\1", name) for name in _pattern_names(tree)]
+        raise BracePatternError(f"brace pattern {shown} names more than {MAX_NAMES:,} shards")
+    return _pattern_names(tree)
 
 
 def _pattern_size(pattern: tuple[_Choice, ...]) -> int:
@@ -73,12 +82,17 @@ def _pattern_size(pattern: tuple[_Choice, ...]) -> int:
 
 
 def _pattern_names(pattern: tuple[_Choice, ...]) -> list[str]:
-    return ["".join(parts) for parts in product(*(choice.names() for choice in pattern))]
+    """The names of a pattern, escapes removed from each; as in braceexpand, a nested pattern's
+    names are unescaped once at their own level and again in every pattern around them."""
+    return [
+        _ESCAPE.sub(r"\1", "".join(parts))
+        for parts in product(*(choice.names() for choice in pattern))
+    ]
 
 
 def _parse_pattern(pattern: str, depth: int) -> tuple[_Choice, ...]:
     if depth > MAX_DEPTH:
-        raise BracePatternError(f"brace groups nested more than {MAX_DEPTH} deep")
+        raise _Refused(f"brace groups nested more than {MAX_DEPTH} deep")
     start = pos = level = 0
     items: list[_Choice] = []
     while pos < len(pattern):
@@ -97,15 +111,14 @@ def _parse_pattern(pattern: str, depth: int) -> tuple[_Choice, ...]:
                 expr = pattern[start + 1 : pos]
                 item = _parse_expression(expr, depth + 1)
                 if item is None:  # not a range or a sequence: the braces stay
-                    items.append(_Choice(values=("{",)))
-                    items.extend(_parse_pattern(expr, depth + 1))
-                    items.append(_Choice(values=("}",)))
+                    inner = _Choice(patterns=(_parse_pattern(expr, depth + 1),))
+                    items += [_Choice(values=("{",)), inner, _Choice(values=("}",))]
                 else:
                     items.append(item)
                 start = pos + 1
         pos += 1
     if level != 0:
-        raise BracePatternError(f"unbalanced braces in {pattern!r}")
+        raise _Refused("unbalanced braces")
     if start < pos:
         items.append(_Choice(values=(pattern[start:],)))
     return tuple(items)

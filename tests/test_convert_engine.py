@@ -413,20 +413,31 @@ def _big_tfrecord(root: Path) -> Path:
     return root
 
 
+def converted_in_pieces(tmp_path, monkeypatch, src, source_class, task_size, big, small):
+    """Convert ``src`` whole and with ``--task-size``: the two trees must be equal, file ``big``
+    must have been cut into contiguous pieces tiling it, and ``small`` scanned as one. Returns the
+    pieces of ``big`` and the cut dataset's path."""
+    args = ["--target-shard-size", "60KB", "--max-reject-fraction", "0.1"]
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    assert main(["convert", str(src), str(whole), *args]) == 0
+    seen = spy_pieces(monkeypatch, source_class)
+    assert main(["convert", str(src), str(cut), *args, "--task-size", task_size]) == 0
+    pieces = sorted(p for p in seen if p[0] == big)
+    assert pieces[0][1] == 0 and pieces[0][3] == 0 and pieces[-1][2] == -1
+    assert all(a[2] == b[1] for a, b in itertools.pairwise(pieces))
+    assert [p for p in seen if p[0] == small] == [(small, 0, -1, 0)]
+    assert _tree(whole) == _tree(cut)
+    return pieces, cut
+
+
 def test_a_large_tfrecord_file_is_scanned_in_pieces_with_the_unsplit_output(tmp_path, monkeypatch):
     from shardfeed.formats.sources.tfrecord_source import TFRecordSource
 
     src = _big_tfrecord(tmp_path / "src")
-    args = ["--target-shard-size", "60KB", "--max-reject-fraction", "0.1"]
-    whole, cut = tmp_path / "whole", tmp_path / "cut"
-    assert main(["convert", str(src), str(whole), *args]) == 0
-    seen = spy_pieces(monkeypatch, TFRecordSource)
-    assert main(["convert", str(src), str(cut), *args, "--task-size", "30KB"]) == 0
-    big = sorted(p for p in seen if p[0] == "big.tfrecord")
-    assert len(big) >= 5 and big[0][1:] == (0, big[1][1], 0)
-    assert all(a[2] == b[1] for a, b in itertools.pairwise(big)) and big[-1][2] == -1
-    assert [p for p in seen if p[0] == "small.tfrecord.gz"] == [("small.tfrecord.gz", 0, -1, 0)]
-    assert _tree(whole) == _tree(cut)
+    pieces, cut = converted_in_pieces(
+        tmp_path, monkeypatch, src, TFRecordSource, "30KB", "big.tfrecord", "small.tfrecord.gz"
+    )
+    assert len(pieces) >= 5
     assert open_dataset(cut).manifest.rejects.total == 3  # the three bad records
 
 
@@ -473,16 +484,10 @@ def test_a_large_tar_shard_is_scanned_in_pieces_of_whole_samples(tmp_path, monke
     from shardfeed.formats.sources.webdataset import WebDatasetSource
 
     src = _big_tar(tmp_path / "src")
-    args = ["--target-shard-size", "60KB", "--max-reject-fraction", "0.1"]
-    whole, cut = tmp_path / "whole", tmp_path / "cut"
-    assert main(["convert", str(src), str(whole), *args]) == 0
-    seen = spy_pieces(monkeypatch, WebDatasetSource)
-    assert main(["convert", str(src), str(cut), *args, "--task-size", "40KB"]) == 0
-    big = sorted(p for p in seen if p[0] == "big.tar")
-    assert len(big) >= 4 and big[0][1] == 0 and big[0][3] == 0 and big[-1][2] == -1
-    assert all(a[2] == b[1] for a, b in itertools.pairwise(big))
-    assert [p for p in seen if p[0] == "small.tar.gz"] == [("small.tar.gz", 0, -1, 0)]
-    assert _tree(whole) == _tree(cut)
+    pieces, cut = converted_in_pieces(
+        tmp_path, monkeypatch, src, WebDatasetSource, "40KB", "big.tar", "small.tar.gz"
+    )
+    assert len(pieces) >= 4
     assert open_dataset(cut).manifest.rejects.total == 1
 
 

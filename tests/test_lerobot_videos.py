@@ -550,24 +550,30 @@ def test_unitree_episodes_with_av1_videos(tmp_path, capsys):
         assert probe(locate(per_episode), str(path.relative_to(per_episode))).frames == e["length"]
 
 
-def test_a_rerun_rewrites_shard_videos_whose_source_mp4_changed(tmp_path, v21, monkeypatch):
-    """A re-run may reuse an interrupted run's shards, but never a video cut from a changed MP4."""
+def interrupted_convert(monkeypatch, argv: list[str], after: int = 2) -> None:
+    """Run ``convert ARGV`` and crash it as its shard writer starts shard ``after + 1``: a run that
+    finished ``after`` shards and left its work behind, for a re-run to take over."""
     import shardfeed.pipelines.convert as graph
 
-    args = ["--target-shard-size", "150B"]
-    dst = tmp_path / "dst"
     real_build_shard, calls = graph.build_shard, []
 
-    def crash_on_third_shard(root, number, *a, **kw):
+    def crash(root, number, *a, **kw):
         calls.append(number)
-        if len(calls) == 3:
+        if len(calls) == after + 1:
             raise RuntimeError("simulated crash")
         return real_build_shard(root, number, *a, **kw)
 
-    monkeypatch.setattr(graph, "build_shard", crash_on_third_shard)
+    monkeypatch.setattr(graph, "build_shard", crash)
     with pytest.raises(Exception, match="simulated crash"):
-        main(["convert", str(v21), str(dst), *args])
+        main(["convert", *argv])
     monkeypatch.undo()
+
+
+def test_a_rerun_rewrites_shard_videos_whose_source_mp4_changed(tmp_path, v21, monkeypatch):
+    """A re-run may reuse an interrupted run's shards, but never a video cut from a changed MP4."""
+    args = ["--target-shard-size", "150B"]
+    dst = tmp_path / "dst"
+    interrupted_convert(monkeypatch, [str(v21), str(dst), *args])
     assert len(list((dst / "videos").rglob("*.mp4"))) == 2  # two shards finished
     # every source MP4 changes (same frame count, other pixels) before the re-run
     for ep, n in LENGTHS.items():

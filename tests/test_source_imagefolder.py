@@ -284,23 +284,13 @@ def test_full_validation_and_re_encoding_still_read_whole_files(photos, monkeypa
 def test_a_rerun_never_reuses_a_shard_whose_images_changed(photos, tmp_path, monkeypatch):
     """Header-only scans hash paths, not bytes: the resume digest takes each image's size and
     mtime instead, so a changed image (same size, other bytes) is written anew."""
-    import shardfeed.pipelines.convert as graph
+    from test_lerobot_videos import interrupted_convert
+
     from shardfeed.cli.main import main
 
     args = ["--validate", "header", "--target-shard-size", "20KB", "--max-reject-fraction", "0.5"]
     dst = tmp_path / "dst"
-    real_build_shard, calls = graph.build_shard, []
-
-    def crash_on_third_shard(root, number, *a, **kw):
-        calls.append(number)
-        if len(calls) == 3:
-            raise RuntimeError("simulated crash")
-        return real_build_shard(root, number, *a, **kw)
-
-    monkeypatch.setattr(graph, "build_shard", crash_on_third_shard)
-    with pytest.raises(Exception, match="simulated crash"):
-        main(["convert", str(photos), str(dst), *args])
-    monkeypatch.undo()
+    interrupted_convert(monkeypatch, [str(photos), str(dst), *args])
     for path in sorted((photos / "a").glob("*.jpg")):  # other pixels, same size and header
         data = bytearray(path.read_bytes())
         data[-100] ^= 0x01

@@ -21,7 +21,8 @@ class GraphConfig:
     #: one named split of ``convert --split``: its work dir is ``WORK_DIR/split-NAME``, and its
     #: shards, rows and episodes are numbered on from the previous splits'
     split: str | None = None
-    #: input bytes per scan task: a larger JSONL or Parquet file is scanned as several pieces;
+    #: input bytes per scan task: a larger JSONL, Parquet or TFRecord file or plain tar shard is
+    #: scanned as several pieces;
     #: also the decoded bytes per spool segment
     piece_bytes: int = DEFAULT_PIECE_BYTES
     #: the plan is shuffled: spool segments are sorted by bucket, so that each shard (a range of

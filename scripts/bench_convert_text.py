@@ -344,16 +344,6 @@ def plan_runs(kind: str, corpus: Path, out: Path, info: dict, names: list[str]) 
     payload = info["payload"]
     target = payload // SHARDS + 1
     runs = []
-    if kind == "tfrecord":
-        for name in names:
-            if name.startswith("sf-"):
-                workers = int(name[3])
-                cmd = shardfeed_cmd(corpus, out / name, target, workers)
-                runs.append((name, cmd, WARM_SF_2W if workers > 1 else WARM_SF))
-            else:
-                cmd = [py, me, "_peer", name, str(corpus), str(out / name), str(SHARDS), "", "0"]
-                runs.append((name, cmd, "import tfrecord.reader, pyarrow.parquet"))
-        return runs
     if kind == "text-gz":
         for name in names:
             _, what, shards = name.split("-")
@@ -361,8 +351,16 @@ def plan_runs(kind: str, corpus: Path, out: Path, info: dict, names: list[str]) 
             cmd = shardfeed_cmd(src, out / name, payload // int(shards) + 1, 1)
             runs.append((name, cmd, WARM_SF))
         return runs
-    fmt = "json" if kind == "text" else "parquet"
-    src = corpus / ("jsonl" if kind == "text" else "parquet")
+    src, fmt = {
+        "tfrecord": (corpus, ""),
+        "text": (corpus / "jsonl", "json"),
+        "parquet": (corpus / "parquet", "parquet"),
+    }[kind]
+    warm = {
+        "hf": "import datasets",
+        "plain": "import pyarrow.json, pyarrow.parquet",
+        "tfrecord": "import tfrecord.reader, pyarrow.parquet",
+    }
     for name in names:
         if name.startswith("sf-"):
             workers = int(name[3])
@@ -370,7 +368,6 @@ def plan_runs(kind: str, corpus: Path, out: Path, info: dict, names: list[str]) 
             runs.append((name, cmd, WARM_SF_2W if workers > 1 else WARM_SF))
         else:
             cmd = [py, me, "_peer", name, str(src), str(out / name), str(SHARDS), fmt, str(target)]
-            warm = {"hf": "import datasets", "plain": "import pyarrow.json, pyarrow.parquet"}
             runs.append((name, cmd, warm.get(name, "")))
     return runs
 

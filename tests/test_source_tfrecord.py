@@ -5,13 +5,12 @@ from __future__ import annotations
 import base64
 import io
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
-from test_convert_pipeline import _tree
+from test_convert_pipeline import CORPORA, _tree, needs_corpora
 
 from shardfeed.cli.main import main
 from shardfeed.formats.reader import open_dataset
@@ -19,8 +18,6 @@ from shardfeed.formats.rejects import iter_rejects
 from shardfeed.formats.sources import detect_kind
 from shardfeed.formats.tf_example import decode_example, encode_example
 from shardfeed.formats.tfrecord import iter_records, write_records
-
-CORPORA = os.environ.get("SHARDFEED_CORPORA")
 
 
 def png(i: int) -> bytes:
@@ -94,7 +91,7 @@ def test_conversion_is_deterministic(corpus, tmp_path):
     assert _tree(tmp_path / "one") == _tree(tmp_path / "two")
 
 
-@pytest.mark.skipif(not CORPORA, reason="SHARDFEED_CORPORA is not set (scripts/test.sh sets it)")
+@needs_corpora
 def test_the_real_chicago_taxi_corpus(tmp_path):
     src = Path(CORPORA, "tfrecord_chicago_taxi/csv_example_gen/Split-train")
     dst = tmp_path / "taxi"
@@ -130,7 +127,7 @@ def test_a_link_leading_outside_the_root_is_a_reject(corpus, tmp_path):
     assert [r.source for r in rejects if r.reason == "path_escape"] == ["escape.tfrecord"]
 
 
-@pytest.mark.skipif(not CORPORA, reason="SHARDFEED_CORPORA is not set (scripts/test.sh sets it)")
+@needs_corpora
 def test_the_whole_chicago_corpus_drifts_and_unifies(tmp_path, capsys):
     """``dropoff_*`` features are int64 under csv_example_gen/ and float under external/."""
     src = Path(CORPORA, "tfrecord_chicago_taxi")

@@ -176,7 +176,8 @@ class CachePlanHeader(JsonDocument):
         pins = tuple(
             NodePins.from_json(p, f"pins[{i}]") for i, p in enumerate(get(obj, "pins", list, ""))
         )
-        if [p.node for p in pins] != list(range(nodes)):
+        # compared without building range(nodes): ``nodes`` comes from the file, unbounded
+        if len(pins) != nodes or any(p.node != i for i, p in enumerate(pins)):
             raise SchemaError("pins", f"expected one entry per node 0..{nodes - 1}, in order")
         budget = count(obj, "node_budget", "")
         for p in pins:

@@ -241,3 +241,23 @@ def test_node_pins_without_owner_match_fill():
     assert (
         pins[0].tolist() == pins[1].tolist() == [1, 2]
     )  # 1 then 2 (ties: smaller first); 4 (8) does not fit
+
+
+@pytest.mark.parametrize("nodes", [2**64, 10**12, 1, 3])
+def test_a_cache_plan_claiming_other_node_counts_is_refused_without_counting_them(tmp_path, nodes):
+    """``nodes`` comes from the file: a huge count is refused by comparing it with the pins, never
+    by building ``range(nodes)`` (2**64 raised OverflowError; 10**12 filled memory)."""
+    import json
+
+    from shardfeed.schemas.errors import SchemaError
+    from shardfeed.schemas.hot import CachePlanHeader
+
+    root = corpus(tmp_path / "ds")
+    zipf_file(tmp_path / "w.csv", 3000)
+    hot = build_hot_index(root, weights=str(tmp_path / "w.csv")).save()
+    header = plan_cache(hot, "10%", nodes=2).header
+    obj = json.loads(header.dumps())
+    assert CachePlanHeader.loads(json.dumps(obj), "cache_plan.json").nodes == 2
+    obj["nodes"] = nodes
+    with pytest.raises(SchemaError, match="one entry per node"):
+        CachePlanHeader.loads(json.dumps(obj), "cache_plan.json")

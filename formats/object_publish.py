@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import posixpath
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
@@ -25,6 +26,7 @@ from shardfeed.formats.atomic import is_temp_name
 from shardfeed.formats.layout import DATASET_DIRS
 from shardfeed.formats.publish import DatasetExistsError
 from shardfeed.formats.storage import locate
+from shardfeed.formats.store_path import is_remote
 from shardfeed.formats.tier_copy import Target, copy_file, copy_if_needed, remove_temporaries
 from shardfeed.schemas.errors import ShardfeedError
 from shardfeed.schemas.manifest import MANIFEST_PATH, Manifest
@@ -41,11 +43,6 @@ __all__ = [
     "upload_dataset",
     "with_endpoint",
 ]
-
-
-def is_remote(uri: str) -> bool:
-    """Whether ``uri`` names an object store (``s3://``, ``gs://`` ...) rather than a local path."""
-    return "://" in uri and not uri.startswith("file://")
 
 
 def with_endpoint(uri: str, endpoint_url: str | None) -> str:
@@ -79,14 +76,15 @@ def remote_target(uri: str) -> Target:
     return Target(location.root, location.filesystem)
 
 
-def prepare_remote(target: Target, overwrite: bool) -> None:
+def prepare_remote(target: Target, overwrite: bool, leftovers: Sequence[str] = ()) -> None:
     """Make ``target`` ready for an upload, before any work is done.
 
     A published dataset (a manifest) is refused unless ``overwrite``: then its manifest is
     deleted first, so an interrupted overwrite never looks complete, then every key under the
     dataset directories. Without ``overwrite``, a prefix holding keys outside the dataset
     directories is refused too; keys inside them are an interrupted run's leftovers, which the
-    upload replaces or deletes. Temporary keys of a killed upload are removed in every case.
+    upload replaces or deletes, as are keys under the top-level names in ``leftovers`` (a
+    conversion's work directory). Temporary keys of a killed upload are removed in every case.
     """
     fs = target.filesystem
     manifest = target.path(MANIFEST_PATH)
@@ -98,7 +96,8 @@ def prepare_remote(target: Target, overwrite: bool) -> None:
     remove_temporaries(target)
     keys = _keys(target)
     if not overwrite:
-        foreign = [k for k in keys if k.split("/", 1)[0] not in DATASET_DIRS]
+        ours = (*DATASET_DIRS, *leftovers)
+        foreign = [k for k in keys if k.split("/", 1)[0] not in ours]
         if foreign:
             raise DatasetExistsError(
                 f"{target.root} already holds files ({foreign[0]}, ...); pass --overwrite to "

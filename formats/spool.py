@@ -17,11 +17,14 @@ reading the others.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from types import TracebackType
 
 import numpy as np
 import pyarrow as pa
+
+from shardfeed.formats.store_path import StorePath
 
 SPOOL_SUFFIX = ".arrow"
 ROWS_SUFFIX = ".rows"  # beside a spool: its record batches' row counts (int64, little-endian)
@@ -30,12 +33,14 @@ _BATCH_ROWS = 64 * 1024  # and at most this many rows
 
 
 class SpoolWriter:
-    """Appends tables to a spool file; the file appears under its name only when complete."""
+    """Appends tables to a spool file; the file appears under its name only when complete (on
+    an object store it is built in this process's temporary directory, then uploaded)."""
 
-    def __init__(self, path: str, schema: pa.Schema) -> None:
+    def __init__(self, path: StorePath, schema: pa.Schema) -> None:
         self.path, self.rows = path, 0
-        self._temp = f"{path}.tmp-{os.getpid()}"
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self._stage = contextlib.ExitStack()
+        self._local = self._stage.enter_context(path.staged())
+        self._temp = f"{self._local}.tmp-{os.getpid()}"
         self._sink = pa.OSFile(self._temp, "wb")
         self._writer = pa.ipc.new_file(self._sink, schema)
         self._sizes: list[int] = []
@@ -62,20 +67,24 @@ class SpoolWriter:
     ) -> None:
         self._writer.close()
         self._sink.close()
-        if kind is None:  # scratch: a re-run rescans, so no fsync
+        if kind is None:  # scratch: a re-run rescans, so no fsync; the row counts go first
             sizes = np.asarray(self._sizes, dtype="<i8").tobytes()
-            with open(self._temp + ROWS_SUFFIX, "wb") as handle:
-                handle.write(sizes)
-            os.replace(self._temp + ROWS_SUFFIX, self.path + ROWS_SUFFIX)
-            os.replace(self._temp, self.path)
+            rows_path(self.path).write_bytes(sizes)
+            os.replace(self._temp, self._local)
         else:
             os.unlink(self._temp)
+        self._stage.__exit__(kind, error, trace)  # uploads a complete spool, nothing otherwise
 
 
-def read_rows(path: str, rows: np.ndarray, schema: pa.Schema) -> pa.Table:
+def rows_path(path: StorePath) -> StorePath:
+    """The row-count file beside spool ``path``."""
+    return path.parent / (path.name + ROWS_SUFFIX)
+
+
+def read_rows(path: StorePath, rows: np.ndarray, schema: pa.Schema) -> pa.Table:
     """Rows ``rows`` (ascending, repeats allowed) of a spool file, in that order, reading only
     the record batches that hold them, one at a time."""
-    sizes = np.fromfile(path + ROWS_SUFFIX, dtype="<i8")
+    sizes = np.frombuffer(rows_path(path).read_bytes(), dtype="<i8")
     firsts = np.cumsum(sizes) - sizes
     rows = np.asarray(rows, np.int64)
     if len(rows) and (rows[0] < 0 or rows[-1] >= sizes.sum()):
@@ -83,7 +92,7 @@ def read_rows(path: str, rows: np.ndarray, schema: pa.Schema) -> pa.Table:
     which = np.searchsorted(firsts, rows, side="right") - 1
     cuts = np.flatnonzero(np.diff(which)) + 1
     pieces = []
-    with pa.OSFile(path) as source:
+    with path.open_input() as source:
         reader = pa.ipc.open_file(source)
         if reader.schema != schema:
             raise ValueError(f"{path}: spool schema {reader.schema} is not {schema}")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -16,8 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shardfeed.formats.atomic import atomic_write_bytes
 from shardfeed.formats.sources.base import UnitRef
+from shardfeed.formats.store_path import StorePath
 
 UNIT_SUFFIX = ".arrow"  # Arrow IPC files under the work dir's units/ and totals/
 UNIT_SCHEMA = pa.schema(
@@ -71,11 +70,11 @@ class KeyedUnit:
         return cls(key, bucket, UnitRef(file, position, rows, payload, digest, tuple(locator)))
 
 
-def work_part(work: str, kind: str, source_file: str, suffix: str) -> str:
+def work_part(work: StorePath, kind: str, source_file: str, suffix: str) -> StorePath:
     """Work path of one source file's part (``units``, ``totals``, ``rejects``, ``infer``), named
     by the blake2b-96 digest of its root-relative path, as reject files are."""
     name = hashlib.blake2b(source_file.encode(), digest_size=12).hexdigest()
-    return os.path.join(work, kind, name + suffix)
+    return work / kind / (name + suffix)
 
 
 def unit_table(
@@ -141,25 +140,25 @@ def unit_refs(table: pa.Table) -> list[UnitRef]:
     return [KeyedUnit.from_tuple(values).ref for values in _unit_tuples(table)]
 
 
-def write_unit_table(path: str, table: pa.Table) -> None:
+def write_unit_table(path: StorePath, table: pa.Table) -> None:
     """Write a ``UNIT_SCHEMA`` table (source order), atomically."""
     if table.schema != UNIT_SCHEMA:
         raise ValueError(f"{path}: unit table schema {table.schema} is not {UNIT_SCHEMA}")
     _write(path, table)
 
 
-def read_unit_tuples(path: str) -> list[tuple]:
+def read_unit_tuples(path: StorePath) -> list[tuple]:
     """A file's units as ``KeyedUnit.to_tuple()`` values, in source order, without building
     objects."""
     return _unit_tuples(_read(path, UNIT_SCHEMA))
 
 
-def read_unit_table(path: str) -> pa.Table:
+def read_unit_table(path: StorePath) -> pa.Table:
     """A file's unit table as ``write_unit_table`` wrote it (``UNIT_SCHEMA``, source order)."""
     return _read(path, UNIT_SCHEMA)
 
 
-def write_unit_groups(path: str, table: pa.Table, groups: Sequence[np.ndarray]) -> None:
+def write_unit_groups(path: StorePath, table: pa.Table, groups: Sequence[np.ndarray]) -> None:
     """Write the rows of unit table ``table`` as one record batch per group of row numbers (in
     the given order), so ``read_unit_group`` reads one group without the others. One take puts
     the rows in group order, each group is a slice of it, and the buffers are not compressed:
@@ -175,13 +174,12 @@ def write_unit_groups(path: str, table: pa.Table, groups: Sequence[np.ndarray]) 
         for group in groups:  # groups are never empty
             writer.write_batch(rows.slice(start, len(group)))
             start += len(group)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    atomic_write_bytes(path, sink.getvalue().to_pybytes(), durable=False)  # a re-run redoes it
+    path.write_bytes(sink.getvalue().to_pybytes())  # scratch: a re-run redoes it
 
 
-def read_unit_group(path: str, group: int) -> pa.Table:
+def read_unit_group(path: StorePath, group: int) -> pa.Table:
     """Group ``group`` of a ``write_unit_groups`` file, as a ``UNIT_SCHEMA`` table."""
-    with pa.OSFile(path) as source:
+    with path.open_input() as source:
         reader = pa.ipc.open_file(source)
         if reader.schema != UNIT_SCHEMA:
             raise ValueError(f"{path}: unexpected schema {reader.schema}")
@@ -207,13 +205,13 @@ def _unit_tuples(table: pa.Table) -> list[tuple]:
     )
 
 
-def read_unit_sizes(path: str) -> tuple[np.ndarray, np.ndarray]:
+def read_unit_sizes(path: StorePath) -> tuple[np.ndarray, np.ndarray]:
     """(payload bytes, rows) of a file's units, in source order."""
     table = _read(path, UNIT_SCHEMA)
     return table.column("payload_bytes").to_numpy(), table.column("rows").to_numpy()
 
 
-def write_totals(path: str, units: pa.Table) -> None:
+def write_totals(path: StorePath, units: pa.Table) -> None:
     """Per-bucket (units, rows, bytes) of one file's unit table, sorted by bucket."""
     buckets = units.column("bucket").to_numpy()
     rows = units.column("rows").to_numpy()
@@ -231,7 +229,7 @@ def write_totals(path: str, units: pa.Table) -> None:
     _write(path, table)
 
 
-def read_totals(path: str) -> pa.Table:
+def read_totals(path: StorePath) -> pa.Table:
     return _read(path, TOTALS_SCHEMA)
 
 
@@ -242,19 +240,18 @@ def _exact_sums(groups: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-def _write(path: str, table: pa.Table) -> None:
+def _write(path: StorePath, table: pa.Table) -> None:
     # Arrow IPC with zstd buffers: as small as zstd Parquet (about 40 bytes per unit) and 5-40x
     # faster to write and read back, for scratch tables that are read once
     sink = pa.BufferOutputStream()
     options = pa.ipc.IpcWriteOptions(compression="zstd")
     with pa.ipc.new_file(sink, table.schema, options=options) as writer:
         writer.write_table(table)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    atomic_write_bytes(path, sink.getvalue().to_pybytes(), durable=False)  # a re-run rescans
+    path.write_bytes(sink.getvalue().to_pybytes())  # scratch, not fsynced: a re-run rescans
 
 
-def _read(path: str, schema: pa.Schema) -> pa.Table:
-    with pa.OSFile(path) as source:  # read into memory: no mapping outlives the file
+def _read(path: StorePath, schema: pa.Schema) -> pa.Table:
+    with path.open_input() as source:  # read into memory: no mapping outlives the file
         table = pa.ipc.open_file(source).read_all()
     if table.schema != schema:
         raise ValueError(f"{path}: unexpected schema {table.schema}")

@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -25,7 +24,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from apache_beam.typehints.decorators import no_annotations
 
-from shardfeed.formats.atomic import atomic_write_bytes
 from shardfeed.formats.publish import ShardOutcome, add_videos, build_shard
 from shardfeed.formats.shard_writer import SHARD_WRITER_VERSION
 from shardfeed.formats.sources.base import (
@@ -34,6 +32,7 @@ from shardfeed.formats.sources.base import (
     StampedInputs,
     UnitRef,
 )
+from shardfeed.formats.store_path import StorePath
 from shardfeed.formats.unit_table import (
     UNIT_SUFFIX,
     locator_texts,
@@ -68,7 +67,7 @@ from shardfeed.pipelines.stats_combine import MergeShardStats, StatsState, save_
 from shardfeed.planning.shard_plan import ContiguousPlan, ShardPlan, buckets_of, hot_buckets
 from shardfeed.schemas.errors import ShardfeedError
 from shardfeed.schemas.features import FeatureSpec
-from shardfeed.schemas.manifest import canonical_json
+from shardfeed.schemas.manifest import FileRecord, canonical_json
 from shardfeed.schemas.rejects import RejectRecord
 
 
@@ -149,12 +148,13 @@ def merge_pieces(item: tuple[str, Iterable[int]], config: GraphConfig) -> str:
     rejects = []
     for name in names:
         path = config.part("rejects", name, ".jsonl")
-        if os.path.exists(path):
-            with open(path, encoding="utf-8") as handle:
-                rejects.extend(RejectRecord.from_json(json.loads(line)) for line in handle)
-            os.unlink(path)
-        for kind in ("units", "totals"):
-            os.unlink(config.part(kind, name, UNIT_SUFFIX))
+        try:
+            lines = path.read_bytes().splitlines()
+        except FileNotFoundError:
+            lines = []
+        rejects.extend(RejectRecord.from_json(json.loads(line)) for line in lines)
+        for part in (path, *(config.part(kind, name, UNIT_SUFFIX) for kind in ("units", "totals"))):
+            part.unlink()
     _save_rejects(file, rejects, config)
     beam.metrics.Metrics.counter("shardfeed", "files").inc()
     return file
@@ -189,7 +189,7 @@ def _save_rejects(name: str, rejects: list[RejectRecord], config: GraphConfig) -
     if rejects:
         ordered = sorted(rejects, key=lambda r: (_position_key(r.position), r.reason, r.message))
         body = "".join(r.dumps() + "\n" for r in ordered).encode()
-        atomic_write_bytes(config.part("rejects", name, ".jsonl"), body)
+        config.part("rejects", name, ".jsonl").write_bytes(body, durable=True)
 
 
 def _ref_columns(file: str, refs: Sequence[UnitRef]) -> UnitArrays:
@@ -269,16 +269,20 @@ def write_planned_shard(
     unit_rows = units.column("rows").to_numpy()
     table = renumber(table, spec, unit_rows, row_start, unit_start)
     episodic = "episode_index" in spec
-    outcome = build_shard(
-        config.dst,
-        number,
-        table,
-        spec,
-        config.options,
-        index_start=row_start,
-        source_episode_ids=units.column("position").to_pylist() if episodic else None,
-    )
-    outcome = add_videos(outcome, config.dst, source, refs)  # MP4s, if any
+    # on an object store the shard is built in this worker's temporary directory and sent to its
+    # final key, hashed while sending (formats/object_upload.py); locally it is written in place
+    with config.dst.staged_root() as root:
+        outcome = build_shard(
+            root,
+            number,
+            table,
+            spec,
+            config.options,
+            index_start=row_start,
+            source_episode_ids=units.column("position").to_pylist() if episodic else None,
+        )
+        outcome = add_videos(outcome, root, source, refs)  # MP4s, if any
+        config.dst.land(root, [(r.path, r.bytes, r.sha256) for r in _outcome_files(outcome)])
     _write_sidecar(sidecar, inputs, outcome)
     beam.metrics.Metrics.counter("shardfeed", "shards").inc()
     beam.metrics.Metrics.counter("shardfeed", "bytes").inc(outcome.record.bytes)
@@ -292,9 +296,14 @@ def _stats_state(outcome: ShardOutcome) -> StatsState:
     return {name: stats.to_state() for name, stats in outcome.stats.items()}
 
 
-def _write_sidecar(path: str, inputs: str, outcome: ShardOutcome) -> None:
+def _write_sidecar(path: StorePath, inputs: str, outcome: ShardOutcome) -> None:
     state = {"inputs": inputs, "outcome": outcome.to_state()}
-    atomic_write_bytes(path, json.dumps(state, separators=(",", ":")).encode())
+    path.write_bytes(json.dumps(state, separators=(",", ":")).encode(), durable=True)
+
+
+def _outcome_files(outcome: ShardOutcome) -> list[FileRecord]:
+    """The files a shard writer wrote: the shard, and its videos if any."""
+    return [outcome.record, *getattr(outcome, "files", ())]
 
 
 def shard_inputs_digest(
@@ -333,14 +342,13 @@ def shard_inputs_digest(
     return h.hexdigest()
 
 
-def reusable_outcome(dst: str, sidecar: str, inputs: str) -> ShardOutcome | None:
+def reusable_outcome(dst: StorePath, sidecar: StorePath, inputs: str) -> ShardOutcome | None:
     """The outcome an earlier, interrupted run recorded for the same shard inputs, if every file it
     names is still whole (size and sha256 re-checked); else None and the shard is written anew.
 
     A sidecar from an older shardfeed, without the shard's row sizes or costs, is never reused."""
     try:
-        with open(sidecar, encoding="utf-8") as handle:
-            state = json.load(handle)
+        state = json.loads(sidecar.read_bytes())
         if (
             state.get("inputs") != inputs
             or not {"row_bytes", "row_cost"} <= state["outcome"].keys()
@@ -349,18 +357,20 @@ def reusable_outcome(dst: str, sidecar: str, inputs: str) -> ShardOutcome | None
         outcome = ShardOutcome.from_state(state["outcome"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError, ShardfeedError):
         return None
-    records = [outcome.record, *getattr(outcome, "files", ())]  # the shard, and its videos if any
-    if not all(_file_matches(os.path.join(dst, r.path), r.bytes, r.sha256) for r in records):
+    if not all(_file_matches(dst / r.path, r.bytes, r.sha256) for r in _outcome_files(outcome)):
         return None
     return outcome
 
 
-def _file_matches(path: str, size: int, sha256: str) -> bool:
+def _file_matches(path: StorePath, size: int, sha256: str) -> bool:
     try:
-        with open(path, "rb") as handle:
-            if os.fstat(handle.fileno()).st_size != size:
+        with path.open_input() as handle:
+            if handle.size() != size:
                 return False
-            return hashlib.file_digest(handle, "sha256").hexdigest() == sha256
+            digest = hashlib.sha256()
+            while chunk := handle.read(8 << 20):
+                digest.update(chunk)
+            return digest.hexdigest() == sha256
     except OSError:
         return False
 

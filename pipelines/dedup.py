@@ -28,9 +28,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from apache_beam.typehints.decorators import no_annotations
 
-from shardfeed.formats.atomic import atomic_open, atomic_write_bytes
+from shardfeed.formats.atomic import atomic_open
 from shardfeed.formats.meta_writer import file_record
 from shardfeed.formats.sources.base import SourceReader
+from shardfeed.formats.store_path import StorePath
 from shardfeed.formats.unit_table import (
     UNIT_SUFFIX,
     KeyedUnit,
@@ -109,7 +110,7 @@ def drop_duplicates(item: tuple[str, Iterable[list[DuplicateTuple]]], config: Gr
         write_unit_table(path, kept)
         write_totals(config.part("totals", file, UNIT_SUFFIX), kept)
         body = "".join(duplicate_line(d) + "\n" for d in records)
-        atomic_write_bytes(config.part("duplicates", file, _SUFFIX), body.encode())
+        config.part("duplicates", file, _SUFFIX).write_bytes(body.encode(), durable=True)
         beam.metrics.Metrics.counter("shardfeed", "duplicates").inc(len(records))
     return file
 
@@ -127,7 +128,7 @@ def duplicate_line(d: DuplicateTuple) -> str:
     return json.dumps(record, ensure_ascii=False, sort_keys=True)
 
 
-def publish_duplicates(dst: str, work: str, files: Sequence[str]) -> tuple[int, FileRecord]:
+def publish_duplicates(dst: str, work: StorePath, files: Sequence[str]) -> tuple[int, FileRecord]:
     """Concatenate the ``duplicates`` parts in source order into ``DST/duplicates.jsonl`` (written
     even when empty, so a ``--dedup`` dataset always says what it dropped); returns the number of
     duplicates and the file's manifest record."""
@@ -135,8 +136,7 @@ def publish_duplicates(dst: str, work: str, files: Sequence[str]) -> tuple[int, 
     with atomic_open(os.path.join(dst, DUPLICATES_PATH)) as out:
         for file in files:
             try:
-                with open(work_part(work, "duplicates", file, _SUFFIX), "rb") as part:
-                    body = part.read()
+                body = work_part(work, "duplicates", file, _SUFFIX).read_bytes()
             except FileNotFoundError:
                 continue
             total += body.count(b"\n")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -19,24 +18,27 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 
+from shardfeed.formats.atomic import atomic_write_bytes
 from shardfeed.formats.cost import resolve_cost_kind
 from shardfeed.formats.layout import LISTED_DIRS
 from shardfeed.formats.meta_writer import file_record
 from shardfeed.formats.object_publish import source_name
+from shardfeed.formats.object_upload import abort_stale_uploads
 from shardfeed.formats.publish import DatasetOptions, ShardOutcome, publish
 from shardfeed.formats.rejects import REJECTS_DIR
 from shardfeed.formats.shard_writer import DEFAULT_ROW_GROUP_BYTES
 from shardfeed.formats.sources import SourceReader, detect_kind, open_source
 from shardfeed.formats.sources.base import DatasetMeta
+from shardfeed.formats.store_path import StorePath
 from shardfeed.pipelines.convert import ConvertFiles
 from shardfeed.pipelines.dedup import publish_duplicates
 from shardfeed.pipelines.graph_config import (
     DEFAULT_PIECE_BYTES,
+    INTERRUPTED,
     PREVIOUS,
-    WORK_DIR,
     GraphConfig,
 )
-from shardfeed.pipelines.object_store import object_stores
+from shardfeed.pipelines.object_store import object_stores, prepare_destination
 from shardfeed.pipelines.plan_stage import (
     HotSettings,
     PlanInfo,
@@ -49,7 +51,7 @@ from shardfeed.pipelines.runners import make_runner
 from shardfeed.pipelines.spec_stage import spec_outcome
 from shardfeed.pipelines.stats_combine import load_merged_stats
 from shardfeed.schemas.errors import ShardfeedError
-from shardfeed.schemas.manifest import MANIFEST_PATH, Duplicates, Rejects
+from shardfeed.schemas.manifest import MANIFEST_PATH, Duplicates, FileRecord, Manifest, Rejects
 from shardfeed.schemas.units import parse_size_or_share
 from shardfeed.transforms.image_policy import ImagePolicy
 
@@ -214,11 +216,7 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
         )
     source = config.open_source(stores.src, kind)
     meta = source.meta()
-    dst = stores.dst  # an object-store DST is built in a local scratch directory, then uploaded
-    takeover = _only_leftovers(dst) and (stores.target is not None or not config.overwrite)
-    if config.overwrite and stores.target is None:
-        _mark_interrupted(dst)
-    stores.prepare(config.overwrite, takeover)
+    dst = stores.dst  # a local directory or an object-store prefix: workers write there directly
     options = config.dataset_options(meta, kind, source_name(config.src))
     graph = GraphConfig(
         dst=dst,
@@ -226,11 +224,16 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
         options=options,
         piece_bytes=config.task_bytes,
         sort_spools=config.shuffle_seed is not None,
+        work_root=stores.work_root,
     )
+    takeover = only_leftovers(dst, graph.work) and not config.overwrite
+    if config.overwrite:
+        mark_interrupted(dst, graph.work)
     if takeover:
-        _keep_finished_shards(dst, graph.work)
+        keep_finished_shards(dst, graph.work)
     else:
-        shutil.rmtree(graph.work, ignore_errors=True)
+        prepare_destination(dst, config.overwrite)
+        graph.work.rmtree()
     files = source.files()
     pipeline_options = PipelineOptions(list(beam_args))
     clock.mark("open")
@@ -280,28 +283,28 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
     reject_names, reject_counts = planned.reject_files, planned.reject_counts
     rejected_units = planned.rejected_units
     outcomes = checked_outcomes(planned, graph.work, config.max_reject_fraction)
-    _remove_unplanned(dst, outcomes)
-    extra = _move_rejects(dst, graph.work, reject_names)
+    remove_unplanned(dst, outcomes)
     duplicates = None
-    if config.dedup:  # the parts in source order -> meta/shardfeed/duplicates.jsonl
-        total, record = publish_duplicates(dst, graph.work, files)
-        duplicates, extra = Duplicates(total), [*extra, record]
-    publish(
-        dst,
-        spec,
-        outcomes,
-        options,
-        rejects=Rejects(rejected_units, reject_counts),
-        extra_files=extra,
-        stats=load_merged_stats(graph.work),
-        hot_shards=planned.hot_shards,
-        duplicates=duplicates,
-    )
-    shutil.rmtree(graph.work, ignore_errors=True)
+    # meta/ is written here (on an object store: in a local directory, then sent), manifest last
+    with dst.staged_root() as root:
+        extra = move_rejects(root, graph.work, reject_names)
+        if config.dedup:  # the parts in source order -> meta/shardfeed/duplicates.jsonl
+            total, record = publish_duplicates(root, graph.work, files)
+            duplicates, extra = Duplicates(total), [*extra, record]
+        manifest = publish(
+            root,
+            spec,
+            outcomes,
+            options,
+            rejects=Rejects(rejected_units, reject_counts),
+            extra_files=extra,
+            stats=load_merged_stats(graph.work),
+            hot_shards=planned.hot_shards,
+            duplicates=duplicates,
+        )
+        land_metadata(dst, root, manifest)
+    graph.work.rmtree()
     clock.mark("publish")
-    if stores.target is not None:
-        stores.finish()  # verified uploads, the manifest last (formats/object_publish.py)
-        clock.mark("upload")
     samples_out = sum(o.record.rows for o in outcomes)
     return ConvertSummary(
         dst=stores.display,
@@ -353,35 +356,34 @@ def _run(options: PipelineOptions, build: Callable[[beam.Pipeline], object]) -> 
         raise ShardfeedError(f"the Beam pipeline ended in state {state}; nothing was published")
 
 
-def _only_leftovers(dst: str) -> bool:
-    """A DST holding an interrupted run's leftovers (work dir, no manifest) may be taken over."""
-    return os.path.isdir(os.path.join(dst, WORK_DIR)) and not os.path.exists(
-        os.path.join(dst, MANIFEST_PATH)
-    )
+def only_leftovers(dst: StorePath, work: StorePath) -> bool:
+    """DST holds an interrupted run's leftovers (a work dir, no manifest): it may be taken over."""
+    return work.exists() and not (dst / MANIFEST_PATH).exists()
 
 
-def _mark_interrupted(dst: str) -> None:
+def mark_interrupted(dst: StorePath, work: StorePath) -> None:
     """Before ``--overwrite`` removes a published dataset, give DST a work directory: a run
     killed while the old files go then leaves an interrupted run's DST, which the plain command
     takes over, not loose files it refuses (tests/adversarial/test_crash_injection.py)."""
-    if os.path.exists(os.path.join(dst, MANIFEST_PATH)):
-        os.makedirs(os.path.join(dst, WORK_DIR), exist_ok=True)
+    if (dst / MANIFEST_PATH).exists():
+        (work / INTERRUPTED).write_bytes(b"")
 
 
-def _keep_finished_shards(dst: str, work: str) -> None:
+def keep_finished_shards(dst: StorePath, work: StorePath) -> None:
     """Take over an interrupted run's DST: its shard files stay, and its sidecars move aside to
     ``previous-shards/``, where each writer checks whether its shard is already done
     (:func:`~shardfeed.pipelines.convert.reusable_outcome`); the rest of the work dir is redone."""
-    previous = os.path.join(work, PREVIOUS)
-    os.makedirs(previous, exist_ok=True)
-    finished = os.path.join(work, "shards")
-    if os.path.isdir(finished):
-        for name in os.listdir(finished):
-            os.replace(os.path.join(finished, name), os.path.join(previous, name))
-    for name in os.listdir(work):
+    previous = work / PREVIOUS
+    previous.makedirs()
+    finished = work / "shards"
+    for name in finished.names():
+        (finished / name).move_to(previous / name)
+    for name in work.names():
         if name != PREVIOUS:
-            shutil.rmtree(os.path.join(work, name), ignore_errors=True)
-    shutil.rmtree(os.path.join(dst, "meta"), ignore_errors=True)
+            (work / name).remove()
+    (dst / "meta").rmtree()
+    if not dst.is_local:
+        abort_stale_uploads(dst.filesystem, dst.path)
 
 
 def _hot_notes(planned: PlanInfo) -> list[str]:
@@ -398,20 +400,34 @@ def _hot_notes(planned: PlanInfo) -> list[str]:
     return notes
 
 
-def _remove_unplanned(dst: str, outcomes: Sequence[ShardOutcome]) -> None:
+def remove_unplanned(dst: StorePath, outcomes: Sequence[ShardOutcome]) -> None:
     """Delete data and video files this run did not write (an interrupted run's other shards,
     temporary files), so the published tree holds exactly what the manifest lists."""
     keep = {r.path for o in outcomes for r in (o.record, *getattr(o, "files", ()))}
     for top in LISTED_DIRS:
-        for directory, _, names in os.walk(os.path.join(dst, top)):
-            for name in names:
-                path = os.path.join(directory, name)
-                if os.path.relpath(path, dst).replace(os.sep, "/") not in keep:
-                    os.unlink(path)
+        for rel in (dst / top).files():
+            if f"{top}/{rel}" not in keep:
+                (dst / top / rel).unlink()
+
+
+def land_metadata(dst: StorePath, root: str, manifest: Manifest) -> None:
+    """Send the metadata the driver wrote under ``root`` to an object-store DST, checked against
+    the manifest's sizes and hashes, and then the manifest, last: the commit point. Nothing to
+    do for a local DST, where ``root`` is DST itself."""
+    if dst.is_local:
+        return
+    records = {f.path: f for f in manifest.files}
+    written = [rel for rel in StorePath(root).files() if rel != MANIFEST_PATH]
+    missing = [rel for rel in written if rel not in records]
+    if missing:
+        raise ShardfeedError(f"the manifest does not list {missing[0]}; nothing was published")
+    dst.land(root, [(rel, records[rel].bytes, records[rel].sha256) for rel in written])
+    body = (StorePath(root) / MANIFEST_PATH).read_bytes()
+    dst.land(root, [(MANIFEST_PATH, len(body), hashlib.sha256(body).hexdigest())])
 
 
 def checked_outcomes(
-    planned: PlanInfo, work: str, max_reject_fraction: float, label: str = ""
+    planned: PlanInfo, work: StorePath, max_reject_fraction: float, label: str = ""
 ) -> list[ShardOutcome]:
     """The outcomes a run wrote, once its rejects are within bounds and every planned shard is
     there; otherwise the error that publishes nothing. ``label`` prefixes messages (a split)."""
@@ -432,23 +448,27 @@ def checked_outcomes(
     return outcomes
 
 
-def _read_outcomes(work: str) -> list[ShardOutcome]:
-    directory = os.path.join(work, "shards")
-    if not os.path.isdir(directory):
-        return []
+def _read_outcomes(work: StorePath) -> list[ShardOutcome]:
+    directory = work / "shards"
     outcomes = []
-    for name in sorted(os.listdir(directory)):
+    for name in directory.names():
         if name.endswith(".json") and not name.startswith("."):
-            with open(os.path.join(directory, name), encoding="utf-8") as handle:
-                outcomes.append(ShardOutcome.from_state(json.load(handle)["outcome"]))
+            state = json.loads((directory / name).read_bytes())
+            outcomes.append(ShardOutcome.from_state(state["outcome"]))
     return outcomes
 
 
-def _move_rejects(dst: str, work: str, names: list[str]):
+def move_rejects(root: str, work: StorePath, names: list[str]) -> list[FileRecord]:
+    """Move the scan's reject parts from the work dir to ``root``'s rejects directory (the
+    local directory the driver publishes from); their manifest records."""
     records = []
-    target = os.path.join(dst, REJECTS_DIR)
+    target = os.path.join(root, REJECTS_DIR)
     for name in names:
         os.makedirs(target, exist_ok=True)
-        os.replace(os.path.join(work, "rejects", name), os.path.join(target, name))
-        records.append(file_record(dst, f"{REJECTS_DIR}/{name}"))
+        part = work / "rejects" / name
+        if part.is_local:
+            os.replace(part.local, os.path.join(target, name))
+        else:
+            atomic_write_bytes(os.path.join(target, name), part.read_bytes())
+        records.append(file_record(root, f"{REJECTS_DIR}/{name}"))
     return records

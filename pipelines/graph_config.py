@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 from shardfeed.formats.publish import DatasetOptions
+from shardfeed.formats.store_path import StorePath
 from shardfeed.formats.unit_table import work_part
 
 DEFAULT_PIECE_BYTES = 256 << 20  # a scan task's input: a few seconds of work, bounded memory
 WORK_DIR = ".shardfeed-work"  # under DST while a run is in flight; removed after publishing
+INTERRUPTED = "overwriting"  # under WORK_DIR: an --overwrite run had begun to replace a dataset
 PREVIOUS = "previous-shards"  # sidecars of an interrupted run, under WORK_DIR, checked for reuse
 
 
 @dataclass(frozen=True)
 class GraphConfig:
-    dst: str
+    """``dst`` and ``work_root`` are paths every worker reaches the same way: local or shared
+    POSIX paths, or object-store keys. The work dir is ``DST/.shardfeed-work`` unless
+    ``work_root`` (``--temp_location``) puts it elsewhere."""
+
+    dst: StorePath
     seed: int
     options: DatasetOptions
     #: one named split of ``convert --split``: its work dir is ``WORK_DIR/split-NAME``, and its
@@ -31,19 +36,20 @@ class GraphConfig:
     shard_offset: int = 0
     row_offset: int = 0
     unit_offset: int = 0
-    work: str = field(init=False)
+    work_root: StorePath | None = None
+    work: StorePath = field(init=False)
 
     def __post_init__(self) -> None:
-        work = os.path.join(self.dst, WORK_DIR)
+        work = self.work_root or self.dst / WORK_DIR
         if self.split is not None:
-            work = os.path.join(work, f"split-{self.split}")
+            work = work / f"split-{self.split}"
         object.__setattr__(self, "work", work)
 
-    def sidecar(self, number: int, *, previous: bool = False) -> str:
+    def sidecar(self, number: int, *, previous: bool = False) -> StorePath:
         """Work path of shard ``number``'s JSON sidecar (its outcome and the digest of its inputs);
         ``previous``: the one an interrupted earlier run left, which this run may reuse."""
-        return os.path.join(self.work, PREVIOUS if previous else "shards", f"{number:06d}.json")
+        return self.work / (PREVIOUS if previous else "shards") / f"{number:06d}.json"
 
-    def part(self, kind: str, source_file: str, suffix: str) -> str:
+    def part(self, kind: str, source_file: str, suffix: str) -> StorePath:
         """Work path of one source file's part (units, totals, rejects), named by a stable hash."""
         return work_part(self.work, kind, source_file, suffix)

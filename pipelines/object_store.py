@@ -1,86 +1,67 @@
-"""Object-store SRC and DST for ``convert`` (``s3://bucket/prefix``).
+"""Where a conversion reads and writes: SRC, DST and the work directory, local or on an object store.
 
-SRC is read by the sources through ``pyarrow.fs``. A DST on an object store is built in a local
-scratch directory by the unchanged pipeline, then uploaded by
-:func:`~shardfeed.formats.object_publish.upload_dataset` (verified, manifest last). The endpoint
-is pyarrow's: ``AWS_ENDPOINT_URL``, or Beam's ``--s3_endpoint_url`` when given, which is passed
-to pyarrow as the URI's ``endpoint_override``/``scheme`` (so the filesystem objects pickled to
-Beam workers carry it).
+SRC is read by the sources through ``pyarrow.fs``. DST and the work directory are
+:class:`~shardfeed.formats.store_path.StorePath` values that every worker reaches by itself: the
+workers write shards straight to their final keys and work files under ``DST/.shardfeed-work/``
+(or under ``--temp_location``), and the driver writes only ``meta/`` and, last, the manifest. No
+process needs a path another one can see. The endpoint is pyarrow's: ``AWS_ENDPOINT_URL``, or
+Beam's ``--s3_endpoint_url`` when given, which is passed to pyarrow as the URI's
+``endpoint_override``/``scheme`` (so the filesystem objects pickled to Beam workers carry it).
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from shardfeed.formats.object_publish import (
-    display_uri,
-    is_remote,
-    prepare_remote,
-    remote_target,
-    upload_dataset,
-    with_endpoint,
-)
+from shardfeed.formats.object_publish import display_uri, prepare_remote, with_endpoint
+from shardfeed.formats.object_upload import abort_stale_uploads
 from shardfeed.formats.publish import prepare_root
+from shardfeed.formats.store_path import StorePath, is_remote
 from shardfeed.formats.tier_copy import Target
+from shardfeed.pipelines.graph_config import WORK_DIR
 
-SCRATCH_PREFIX = "shardfeed-convert-"
+WORK_PREFIX = "shardfeed-work-"  # a work directory under --temp_location, named by DST
 
 
 @dataclass(frozen=True)
 class ObjectStores:
     """Where one conversion reads and writes.
 
-    ``src``: SRC as the sources open it; ``dst``: the local directory the pipeline writes (DST
-    itself, or a scratch directory for an object-store DST); ``target``: the object-store DST
-    the scratch build is uploaded to (None for a local DST); ``display``: DST for the summary.
-    """
+    ``src``: SRC as the sources open it; ``dst``: DST; ``work_root``: the work directory when
+    ``--temp_location`` moves it out of DST (None: ``DST/.shardfeed-work``); ``display``: DST
+    for the summary (no endpoint or credentials)."""
 
     src: str
-    dst: str
-    target: Target | None
+    dst: StorePath
+    work_root: StorePath | None
     display: str
-
-    def prepare(self, overwrite: bool, takeover: bool) -> None:
-        """Ready DST: the object store first (refuse a dataset there unless ``overwrite``), then
-        the local directory (a scratch directory is always ours to clear)."""
-        if self.target is not None:
-            prepare_remote(self.target, overwrite)
-        if not takeover:
-            prepare_root(self.dst, overwrite or self.target is not None)
-
-    def finish(self) -> None:
-        """Upload a scratch build to the object-store DST (manifest last) and remove it."""
-        if self.target is None:
-            return
-        upload_dataset(self.dst, self.target)
-        shutil.rmtree(self.dst, ignore_errors=True)
 
 
 def object_stores(src: str, dst: str, beam_args: Sequence[str]) -> ObjectStores:
-    """Resolve SRC and DST for a run with these Beam flags (nothing is touched yet)."""
+    """Resolve SRC, DST and the work directory for a run with these Beam flags (nothing is
+    touched yet)."""
     endpoint, temp_location = _beam_flags(beam_args)
-    src = with_endpoint(src, endpoint)
-    if not is_remote(dst):
-        return ObjectStores(src, os.path.abspath(dst.removeprefix("file://")), None, dst)
-    uri = with_endpoint(dst, endpoint)
-    return ObjectStores(
-        src, scratch_dir(display_uri(dst), temp_location), remote_target(uri), display_uri(dst)
-    )
+    target = StorePath.of(with_endpoint(dst, endpoint))
+    work_root = None
+    if temp_location:
+        digest = hashlib.sha256(display_uri(dst).encode()).hexdigest()[:16]
+        work_root = StorePath.of(with_endpoint(temp_location, endpoint)) / (WORK_PREFIX + digest)
+    display = display_uri(dst) if is_remote(dst) else target.path
+    return ObjectStores(with_endpoint(src, endpoint), target, work_root, display)
 
 
-def scratch_dir(dst: str, temp_location: str | None) -> str:
-    """The local build directory of an object-store DST: under ``--temp_location`` when it is a
-    local path, else the system temporary directory; named by DST, so a re-run after a failure
-    reuses the shards the failed run finished there."""
-    parent = temp_location if temp_location and not is_remote(temp_location) else None
-    parent = parent or tempfile.gettempdir()
-    digest = hashlib.sha256(dst.encode()).hexdigest()[:16]
-    return os.path.join(os.path.abspath(parent), SCRATCH_PREFIX + digest)
+def prepare_destination(dst: StorePath, overwrite: bool) -> None:
+    """Ready DST before any work: refuse a dataset (or, locally, any files) there unless
+    ``overwrite``, which removes the manifest first, then the rest. On an object store an
+    interrupted run's keys (dataset directories, its work directory) are leftovers the run
+    replaces, and the multipart uploads a killed worker left are aborted."""
+    if dst.is_local:
+        prepare_root(dst.local, overwrite)
+        return
+    prepare_remote(Target(dst.path, dst.filesystem), overwrite, leftovers=(WORK_DIR,))
+    abort_stale_uploads(dst.filesystem, dst.path)
 
 
 def _beam_flags(beam_args: Sequence[str]) -> tuple[str | None, str | None]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import io
 import json
-import os
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -29,8 +28,8 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
-from shardfeed.formats.atomic import atomic_write_bytes
 from shardfeed.formats.sources.base import unit_key
+from shardfeed.formats.store_path import StorePath
 from shardfeed.formats.unit_table import (
     UNIT_SUFFIX,
     KeyedUnit,
@@ -101,7 +100,7 @@ class PlanInfo:
 
 
 def plan_files(
-    item: tuple[Any, Iterable[str]], work: str, settings: PlanSettings, source: object = None
+    item: tuple[Any, Iterable[str]], work: StorePath, settings: PlanSettings, source: object = None
 ) -> Iterable[str]:
     """(key, every scanned file) -> the files to write, once the plan is saved under ``work``.
 
@@ -143,7 +142,7 @@ def plan_files(
         hot_units=sum(len(p) for p in hot.positions.values()),
         hot_keys_unmatched=hot.unmatched,
     )
-    atomic_write_bytes(os.path.join(work, PLAN_INFO), json.dumps(info.__dict__).encode())
+    (work / PLAN_INFO).write_bytes(json.dumps(info.__dict__).encode(), durable=True)
     return [] if too_many or not plan.num_shards else files
 
 
@@ -173,7 +172,7 @@ class HotChoice:
 
 
 def choose_hot(
-    work: str, files: Sequence[str], source: object, hot: HotSettings, total_bytes: int
+    work: StorePath, files: Sequence[str], source: object, hot: HotSettings, total_bytes: int
 ) -> HotChoice:
     """The units with the highest weights whose payload fits the budget (first fit in heat
     order: weight, then smaller, then source order), read from every file's unit table."""
@@ -216,49 +215,48 @@ def load_hot_weights(path: str) -> dict[str, float]:
     return weights
 
 
-def save_hot_positions(work: str, positions: dict[str, np.ndarray]) -> None:
+def save_hot_positions(work: StorePath, positions: dict[str, np.ndarray]) -> None:
     for file, values in positions.items():
         buffer = io.BytesIO()
         np.save(buffer, values, allow_pickle=False)
-        atomic_write_bytes(work_part(work, "hot", file, ".npy"), buffer.getvalue(), durable=False)
+        work_part(work, "hot", file, ".npy").write_bytes(buffer.getvalue())
 
 
-def hot_positions(work: str, file: str) -> np.ndarray:
+def hot_positions(work: StorePath, file: str) -> np.ndarray:
     """Positions of ``file``'s hot units (sorted), empty when it has none."""
     try:
-        return np.load(work_part(work, "hot", file, ".npy"), allow_pickle=False)
+        data = work_part(work, "hot", file, ".npy").read_bytes()
     except FileNotFoundError:
         return np.zeros(0, dtype=np.int64)
+    return np.load(io.BytesIO(data), allow_pickle=False)
 
 
-def read_plan_info(work: str) -> PlanInfo | None:
+def read_plan_info(work: StorePath) -> PlanInfo | None:
     """``plan.json`` if the plan step ran, else None."""
     try:
-        with open(os.path.join(work, PLAN_INFO), encoding="utf-8") as handle:
-            return PlanInfo(**json.load(handle))
+        return PlanInfo(**json.loads((work / PLAN_INFO).read_bytes()))
     except FileNotFoundError:
         return None
 
 
-def load_plan(work: str) -> Plan:
+def load_plan(work: StorePath) -> Plan:
     """The saved plan, loaded once per process and work dir (the writers call this per element)."""
-    shuffled = os.path.join(work, _SHUFFLED)
-    stamp = os.stat(shuffled).st_mtime_ns if os.path.exists(shuffled) else None
+    stamp = (work / _SHUFFLED).stamp()
     return _load_plan(work, stamp)
 
 
 @functools.lru_cache(maxsize=4)
-def _load_plan(work: str, shuffled_stamp: int | None) -> Plan:
+def _load_plan(work: StorePath, shuffled_stamp: int | None) -> Plan:
     if shuffled_stamp is not None:
-        with np.load(os.path.join(work, _SHUFFLED), allow_pickle=False) as arrays:
+        data = io.BytesIO((work / _SHUFFLED).read_bytes())
+        with np.load(data, allow_pickle=False) as arrays:
             return ShardPlan(
                 dict(zip(arrays["buckets"].tolist(), arrays["shards"].tolist(), strict=True)),
                 tuple(arrays["rows"].tolist()),
                 tuple(arrays["units"].tolist()),
                 tuple(arrays["bytes"].tolist()),
             )
-    with open(os.path.join(work, _CONTIGUOUS), encoding="utf-8") as handle:
-        state = json.load(handle)
+    state = json.loads((work / _CONTIGUOUS).read_bytes())
     return ContiguousPlan(
         state["file_offsets"],
         state["total_bytes"],
@@ -269,7 +267,7 @@ def _load_plan(work: str, shuffled_stamp: int | None) -> Plan:
     )
 
 
-def _save_plan(work: str, plan: Plan) -> None:
+def _save_plan(work: StorePath, plan: Plan) -> None:
     if isinstance(plan, ShardPlan):
         buffer = io.BytesIO()
         buckets, shards = plan.bucket_arrays
@@ -281,7 +279,7 @@ def _save_plan(work: str, plan: Plan) -> None:
             units=np.asarray(plan.units, dtype=np.int64),
             bytes=np.asarray(plan.bytes, dtype=np.int64),
         )
-        atomic_write_bytes(os.path.join(work, _SHUFFLED), buffer.getvalue(), durable=False)
+        (work / _SHUFFLED).write_bytes(buffer.getvalue())
         return
     state = {
         "file_offsets": plan.file_offsets,
@@ -291,16 +289,16 @@ def _save_plan(work: str, plan: Plan) -> None:
         "units": list(plan.units),
         "bytes": list(plan.bytes),
     }
-    atomic_write_bytes(os.path.join(work, _CONTIGUOUS), json.dumps(state).encode(), durable=False)
+    (work / _CONTIGUOUS).write_bytes(json.dumps(state).encode())
 
 
-def read_bucket_totals(work: str, files: Sequence[str]) -> list[BucketTotal]:
+def read_bucket_totals(work: StorePath, files: Sequence[str]) -> list[BucketTotal]:
     """Every bucket's totals over ``files`` (see :func:`read_bucket_arrays`), as objects."""
     return totals_from_arrays(*read_bucket_arrays(work, files))
 
 
 def read_bucket_arrays(
-    work: str, files: Sequence[str]
+    work: StorePath, files: Sequence[str]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(buckets, units, rows, bytes) over ``files``: fine buckets are merged one file at a time
     into dense per-bucket arrays, so memory is bounded by the bucket count; oversized units'
@@ -322,26 +320,21 @@ def read_bucket_arrays(
     return both[0].astype(np.uint64), both[1], both[2], both[3]
 
 
-def collect_rejects(work: str) -> tuple[list[str], dict[str, int]]:
+def collect_rejects(work: StorePath) -> tuple[list[str], dict[str, int]]:
     """The scan's reject parts (names, sorted) and their counts by reason."""
-    directory = os.path.join(work, "rejects")
-    names = (
-        sorted(n for n in os.listdir(directory) if n.endswith(".jsonl") and not n.startswith("."))
-        if os.path.isdir(directory)
-        else []
-    )
+    directory = work / "rejects"
+    names = [n for n in directory.names() if n.endswith(".jsonl") and not n.startswith(".")]
     counts: dict[str, int] = {}
     for name in names:
-        with open(os.path.join(directory, name), encoding="utf-8") as handle:
-            for line in handle:
-                reject = RejectRecord.from_json(json.loads(line))
-                counts[reject.reason] = counts.get(reject.reason, 0) + 1
+        for line in (directory / name).read_bytes().splitlines():
+            reject = RejectRecord.from_json(json.loads(line))
+            counts[reject.reason] = counts.get(reject.reason, 0) + 1
     return names, dict(sorted(counts.items()))
 
 
-def _file_bytes(work: str, file: str) -> int:
+def _file_bytes(work: StorePath, file: str) -> int:
     return int(pc.sum(read_totals(_part(work, "totals", file)).column("bytes")).as_py() or 0)
 
 
-def _part(work: str, kind: str, file: str) -> str:
+def _part(work: StorePath, kind: str, file: str) -> StorePath:
     return work_part(work, kind, file, UNIT_SUFFIX)

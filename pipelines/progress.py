@@ -8,12 +8,12 @@ terminal or the caller forces it.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import threading
 import time
 from typing import TextIO
 
+from shardfeed.formats.store_path import StorePath
 from shardfeed.formats.unit_table import UNIT_SUFFIX
 from shardfeed.pipelines.plan_stage import read_plan_info
 from shardfeed.schemas.units import format_size
@@ -22,7 +22,7 @@ from shardfeed.schemas.units import format_size
 class WorkDirProgress:
     def __init__(
         self,
-        work: str,
+        work: StorePath,
         total_files: int,
         *,
         stream: TextIO | None = None,
@@ -62,13 +62,12 @@ class WorkDirProgress:
             self.draw()
 
     def line(self) -> str:
-        scanned = _count(os.path.join(self.work, "units"), UNIT_SUFFIX)
-        shards_dir = os.path.join(self.work, "shards")
+        scanned = _count(self.work / "units", UNIT_SUFFIX)
+        shards_dir = self.work / "shards"
         for name in _names(shards_dir, ".json"):
             if name not in self._seen:
                 try:
-                    with open(os.path.join(shards_dir, name), encoding="utf-8") as handle:
-                        record = json.load(handle)["outcome"]["record"]
+                    record = json.loads((shards_dir / name).read_bytes())["outcome"]["record"]
                     self._seen[name] = (record["rows"], record["bytes"])
                 except (OSError, ValueError, KeyError):
                     continue  # being written; next time
@@ -91,12 +90,9 @@ class WorkDirProgress:
         self.stream.flush()
 
 
-def _names(directory: str, suffix: str) -> list[str]:
-    try:
-        return [n for n in os.listdir(directory) if n.endswith(suffix) and not n.startswith(".")]
-    except FileNotFoundError:
-        return []
+def _names(directory: StorePath, suffix: str) -> list[str]:
+    return [n for n in directory.names() if n.endswith(suffix) and not n.startswith(".")]
 
 
-def _count(directory: str, suffix: str) -> int:
+def _count(directory: StorePath, suffix: str) -> int:
     return len(_names(directory, suffix))

@@ -16,16 +16,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import os
 import time
 from collections.abc import Iterable
 from typing import Any
 
 from apache_beam.typehints.decorators import no_annotations
 
-from shardfeed.formats.atomic import atomic_write_bytes
 from shardfeed.formats.cost import resolve_cost_kind
 from shardfeed.formats.sources import SourceReader
+from shardfeed.formats.store_path import StorePath
 from shardfeed.formats.unit_table import work_part
 from shardfeed.schemas.errors import ShardfeedError
 from shardfeed.schemas.features import FeatureSpec
@@ -48,12 +47,12 @@ def part_name(name: str | PieceTuple) -> str:
     return name if isinstance(name, str) else piece_name(name[0], name[1])
 
 
-def infer_part_path(work: str, name: str | PieceTuple) -> str:
+def infer_part_path(work: StorePath, name: str | PieceTuple) -> StorePath:
     """Where a file's or a piece's inference part is saved."""
     return work_part(work, "infer", part_name(name), ".json")
 
 
-def save_inferred(source: SourceReader, work: str, name: str | PieceTuple) -> None:
+def save_inferred(source: SourceReader, work: StorePath, name: str | PieceTuple) -> None:
     """Infer a file's (or a piece's) part of the schema and save it as JSON (never pickled),
     with the piece's span of positions."""
     if isinstance(name, str):
@@ -62,15 +61,14 @@ def save_inferred(source: SourceReader, work: str, name: str | PieceTuple) -> No
         inferred, span = source.infer_piece(name[0], name[2], name[3])
     part = {"inferred": dataclasses.asdict(inferred), "span": span}
     payload = json.dumps(part, sort_keys=True).encode()
-    atomic_write_bytes(infer_part_path(work, name), payload, durable=False)  # a re-run redoes it
+    infer_part_path(work, name).write_bytes(payload)  # scratch: a re-run redoes it
 
 
-def _read_part(work: str, name: str | PieceTuple) -> dict[str, Any]:
-    with open(infer_part_path(work, name), encoding="utf-8") as handle:
-        return json.load(handle)
+def _read_part(work: StorePath, name: str | PieceTuple) -> dict[str, Any]:
+    return json.loads(infer_part_path(work, name).read_bytes())
 
 
-def merge_inferred(source: SourceReader, work: str, names: Iterable[str | PieceTuple]) -> Any:
+def merge_inferred(source: SourceReader, work: StorePath, names: Iterable[str | PieceTuple]) -> Any:
     """Merge the saved parts in order (the merge is associative and commutative)."""
     merged = None
     for name in names:
@@ -96,7 +94,7 @@ def number_pieces(
 
 @no_annotations  # a SourceReader is a Protocol, which Beam 2.78's type check cannot compare
 def decide_spec(
-    item: tuple[Any, Iterable[str | PieceTuple]], source: SourceReader, work: str, cost: str
+    item: tuple[Any, Iterable[str | PieceTuple]], source: SourceReader, work: StorePath, cost: str
 ) -> Iterable[str | PieceTuple]:
     """(key, every inferred file or piece) -> the files, or the pieces with their first
     positions, to scan, once ``spec.json`` is saved; none when the source refuses the schema
@@ -108,38 +106,41 @@ def decide_spec(
         resolve_cost_kind(spec, cost)
     except ShardfeedError as err:
         body = json.dumps({"error": str(err)}).encode()
-        atomic_write_bytes(os.path.join(work, SPEC_ERROR), body, durable=False)
+        (work / SPEC_ERROR).write_bytes(body)
         return []
     state = {"features": spec.to_json(), "started": started, "finished": time.time()}
-    atomic_write_bytes(os.path.join(work, SPEC), json.dumps(state).encode(), durable=False)
+    (work / SPEC).write_bytes(json.dumps(state).encode())
     if names and not isinstance(names[0], str):  # pieces: their first positions
         spans = [_read_part(work, name)["span"] for name in names]
         return number_pieces(names, spans, source.first_position)
     return names
 
 
-def load_spec(work: str) -> FeatureSpec:
+def load_spec(work: StorePath) -> FeatureSpec:
     """The saved features, parsed once per process and work dir."""
-    path = os.path.join(work, SPEC)
-    return _load_spec(path, os.stat(path).st_mtime_ns)
+    path = work / SPEC
+    stamp = path.stamp()
+    if stamp is None:
+        raise FileNotFoundError(f"{path}: the schema step has not saved the features")
+    return _load_spec(path, stamp)
 
 
 @functools.lru_cache(maxsize=4)
-def _load_spec(path: str, stamp: int) -> FeatureSpec:
-    with open(path, encoding="utf-8") as handle:
-        return FeatureSpec.from_json(json.load(handle)["features"])
+def _load_spec(path: StorePath, stamp: int) -> FeatureSpec:
+    return FeatureSpec.from_json(json.loads(path.read_bytes())["features"])
 
 
-def spec_outcome(work: str) -> tuple[FeatureSpec, float, float]:
+def spec_outcome(work: StorePath) -> tuple[FeatureSpec, float, float]:
     """After the pipeline: the features and when the step started and finished; raises the
     saved refusal, or an error when the step never ran."""
-    error = os.path.join(work, SPEC_ERROR)
-    if os.path.exists(error):
-        with open(error, encoding="utf-8") as handle:
-            raise ShardfeedError(json.load(handle)["error"])
     try:
-        with open(os.path.join(work, SPEC), encoding="utf-8") as handle:
-            state = json.load(handle)
+        error = json.loads((work / SPEC_ERROR).read_bytes())
+    except FileNotFoundError:
+        pass
+    else:
+        raise ShardfeedError(error["error"])
+    try:
+        state = json.loads((work / SPEC).read_bytes())
     except FileNotFoundError:
         raise ShardfeedError(
             "the runner finished without deciding the schema; nothing was published"

@@ -13,7 +13,6 @@ manifest (``publish(..., splits=...)``).
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -22,20 +21,21 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from shardfeed.formats.cost import resolve_cost_kind
-from shardfeed.formats.publish import ShardOutcome, prepare_root, publish
+from shardfeed.formats.publish import DatasetOptions, ShardOutcome, prepare_root, publish
 from shardfeed.formats.sources import detect_kind
+from shardfeed.formats.store_path import StorePath
 from shardfeed.pipelines.convert import ConvertFiles, InferSchema
 from shardfeed.pipelines.driver import (
     ConvertConfig,
     ConvertSummary,
-    _keep_finished_shards,
-    _mark_interrupted,
-    _move_rejects,
-    _only_leftovers,
     _PhaseClock,
-    _remove_unplanned,
     _run,
     checked_outcomes,
+    keep_finished_shards,
+    mark_interrupted,
+    move_rejects,
+    only_leftovers,
+    remove_unplanned,
 )
 from shardfeed.pipelines.graph_config import GraphConfig
 from shardfeed.pipelines.plan_stage import PlanSettings, read_plan_info
@@ -91,10 +91,12 @@ def run_split_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> C
                 f"split {name!r}: its tasks, fps or robot type differ from split {names[0]!r}'s; "
                 "the splits of one dataset share them"
             )
-    dst = os.path.abspath(config.dst)
-    takeover = _only_leftovers(dst) and not config.overwrite
-    if config.overwrite:
-        _mark_interrupted(dst)  # a kill while the old dataset goes leaves a DST to take over
+    dst_path = StorePath.of(config.dst)
+    dst = dst_path.local
+    work = GraphConfig(dst=dst_path, seed=0, options=DatasetOptions()).work
+    takeover = only_leftovers(dst_path, work) and not config.overwrite
+    if config.overwrite:  # a kill while the old dataset goes leaves a DST to take over
+        mark_interrupted(dst_path, work)
     if not takeover:
         prepare_root(dst, config.overwrite)
     source = ",".join(
@@ -103,11 +105,11 @@ def run_split_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> C
     )
     options = config.dataset_options(meta, kind, source)
     seed = config.shuffle_seed or 0
-    top = GraphConfig(dst=dst, seed=seed, options=options)
-    if takeover:
-        _keep_finished_shards(dst, top.work)  # split sidecars are not reused; shards are rewritten
+    top = GraphConfig(dst=dst_path, seed=seed, options=options)
+    if takeover:  # split sidecars are not reused; shards are rewritten
+        keep_finished_shards(dst_path, top.work)
     else:
-        shutil.rmtree(top.work, ignore_errors=True)
+        top.work.rmtree()
     files = [source.files() for source in sources]
     pipeline_options = PipelineOptions(list(beam_args))
     clock.mark("open")
@@ -115,7 +117,7 @@ def run_split_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> C
     # 0. one schema over every split's files (one pipeline, a branch per split)
     inferred = None
     if hasattr(sources[0], "infer"):
-        graphs = [GraphConfig(dst=dst, seed=seed, options=options, split=n) for n in names]
+        graphs = [GraphConfig(dst=dst_path, seed=seed, options=options, split=n) for n in names]
 
         def infer_all(p: beam.Pipeline) -> None:
             for name, source, graph, split_files in zip(names, sources, graphs, files, strict=True):
@@ -151,7 +153,7 @@ def run_split_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> C
     rows = units = 0
     for name, source, split_files in zip(names, sources, files, strict=True):
         graph = GraphConfig(
-            dst=dst,
+            dst=dst_path,
             seed=seed,
             options=options,
             split=name,
@@ -162,7 +164,7 @@ def run_split_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> C
             unit_offset=units,
         )
         for leftover in ("shards", "units", "totals", "rejects", "hot"):  # keep the infer parts
-            shutil.rmtree(os.path.join(graph.work, leftover), ignore_errors=True)
+            (graph.work / leftover).rmtree()
         pipeline_started = time.time()
         with WorkDirProgress(graph.work, len(split_files), force=config.progress):
             _run(
@@ -191,9 +193,9 @@ def run_split_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> C
         rows += sum(o.record.rows for o in written)
         units += planned.planned_units
         rejects.update(planned.reject_counts)
-        extra.extend(_move_rejects(dst, graph.work, planned.reject_files))
+        extra.extend(move_rejects(dst, graph.work, planned.reject_files))
     clock.split(*phases.items())
-    _remove_unplanned(dst, outcomes)
+    remove_unplanned(dst_path, outcomes)
     reject_counts = dict(sorted(rejects.items()))
     rejected = sum(reject_counts.values())
     publish(
@@ -205,7 +207,7 @@ def run_split_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> C
         extra_files=extra,
         splits=shard_counts,  # stats merge here, in shard order, over every split's shards
     )
-    shutil.rmtree(top.work, ignore_errors=True)
+    top.work.rmtree()
     clock.mark("publish")
     return ConvertSummary(
         dst=dst,

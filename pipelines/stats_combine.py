@@ -11,14 +11,13 @@ The accumulator holds one small state per shard (a few KB per feature), not samp
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import apache_beam as beam
 
-from shardfeed.formats.atomic import atomic_write_bytes
 from shardfeed.formats.stats import FeatureStats, merge_all
+from shardfeed.formats.store_path import StorePath
 
 StatsState = dict[str, dict[str, Any]]  # feature name -> FeatureStats.to_state()
 MERGED_STATS = "stats-merged.json"  # under the work dir
@@ -54,16 +53,15 @@ class MergeShardStats(beam.CombineFn):
         return {name: stats.to_state() for name, stats in merge_all(parts).items()}
 
 
-def save_merged_stats(state: StatsState, work: str) -> None:
+def save_merged_stats(state: StatsState, work: StorePath) -> None:
     """Leave the merged stats for the driver, which publishes them as ``meta/stats.json``."""
-    atomic_write_bytes(os.path.join(work, MERGED_STATS), json.dumps(state).encode())
+    (work / MERGED_STATS).write_bytes(json.dumps(state).encode(), durable=True)
 
 
-def load_merged_stats(work: str) -> dict[str, FeatureStats] | None:
+def load_merged_stats(work: StorePath) -> dict[str, FeatureStats] | None:
     """The stats :class:`MergeShardStats` left under ``work``, or None when no shard was written."""
     try:
-        with open(os.path.join(work, MERGED_STATS), encoding="utf-8") as handle:
-            state: Mapping[str, Any] = json.load(handle)
+        state: Mapping[str, Any] = json.loads((work / MERGED_STATS).read_bytes())
     except FileNotFoundError:
         return None
     return {name: FeatureStats.from_state(s) for name, s in state.items()}

@@ -308,10 +308,11 @@ def test_a_gzip_webdataset_shard_is_inflated_the_same_whatever_the_shard_count(
 
 def test_spool_rows_are_read_back_exactly_in_batches_of_bounded_size(tmp_path):
     from shardfeed.formats.spool import SpoolWriter, read_rows
+    from shardfeed.formats.store_path import StorePath
 
     rng = np.random.default_rng(9)
     schema = pa.schema([("text", pa.string()), ("n", pa.int64())])
-    path = str(tmp_path / "s.arrow")
+    path = StorePath(str(tmp_path / "s.arrow"))
     parts = []
     with SpoolWriter(path, schema) as spool:
         for k in range(4):  # parts of up to 15 MB: cut into batches of about 4 MB
@@ -323,7 +324,7 @@ def test_spool_rows_are_read_back_exactly_in_batches_of_bounded_size(tmp_path):
             spool.write(part)
             parts.append(part)
     joined = pa.concat_tables(parts)
-    with pa.OSFile(path) as source:
+    with pa.OSFile(path.local) as source:
         batches = [b.nbytes for b in pa.ipc.open_file(source).read_all().to_batches()]
     assert len(batches) > 4 and max(batches) <= 8 << 20
     rows = np.sort(rng.integers(0, joined.num_rows, 500))  # ascending, repeats allowed
@@ -371,7 +372,7 @@ def test_shard_writers_read_each_spool_about_once(tmp_path, monkeypatch):
     read_rows = spool_module.read_rows
 
     def spy(path, rows, schema):
-        sizes = np.fromfile(path + spool_module.ROWS_SUFFIX, dtype="<i8")
+        sizes = np.frombuffer(spool_module.rows_path(path).read_bytes(), dtype="<i8")
         firsts = np.cumsum(sizes) - sizes
         batches = np.unique(np.searchsorted(firsts, rows, side="right") - 1)
         touched.append((path, len(batches), len(sizes)))

@@ -15,11 +15,13 @@ import pytest
 
 from shardfeed import open_dataset
 from shardfeed.cli.main import main
-from shardfeed.formats import object_publish
+from shardfeed.formats import object_upload
 from shardfeed.formats.errors import IncompleteDatasetError
 from shardfeed.formats.object_publish import prepare_remote, source_name, with_endpoint
+from shardfeed.formats.store_path import StorePath
 from shardfeed.formats.tier_copy import Target
 from shardfeed.formats.verify import verify_dataset
+from shardfeed.pipelines.progress import WorkDirProgress
 from shardfeed.schemas.manifest import MANIFEST_PATH
 
 pytest.importorskip("apache_beam")
@@ -108,18 +110,20 @@ def _tree(fs: pafs.FileSystem, prefix: str) -> dict[str, bytes]:
 
 
 def _convert(src: str, dst: str, tmp_path, *extra: str) -> int:
-    scratch = tmp_path / "scratch"
-    return main(["convert", src, dst, *CONVERT, "--temp_location", str(scratch), *extra])
+    return main(["convert", src, dst, *CONVERT, *extra])
 
 
-def test_local_to_s3_then_inspect_verify_and_read(endpoint, corpus, reference, tmp_path, capsys):
+def test_local_to_s3_then_inspect_verify_and_read(
+    endpoint, corpus, reference, tmp_path, capsys, monkeypatch
+):
     fs = endpoint
+    sent = _record_uploads(monkeypatch)
     assert _convert(str(corpus), "s3://bucket/l2s", tmp_path, "--json") == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["dst"] == "s3://bucket/l2s" and summary["samples_out"] == ROWS
-    assert "upload" in summary["phases"]
-    assert _tree(fs, "l2s") == reference  # byte-identical, no temporary keys
-    assert os.listdir(tmp_path / "scratch") == []  # the scratch build is removed
+    assert _tree(fs, "l2s") == reference  # byte-identical; the work dir on S3 is gone
+    # every file is sent once, straight to its key; the manifest last, the commit point
+    assert sorted(sent) == sorted(reference) and sent[-1] == MANIFEST_PATH
     ds = open_dataset("s3://bucket/l2s")
     assert len(ds) == ROWS and len(ds.shards) >= 3
     assert sorted(ds.read(0, ROWS)["n"].tolist()) == sorted(list(range(ROWS // 2)) * 2)
@@ -228,32 +232,50 @@ def test_lerobot_with_videos_from_s3_equals_the_local_conversion(endpoint, tmp_p
     }
 
 
-def test_failed_upload_leaves_no_manifest_and_a_rerun_completes(
+def test_failed_publish_leaves_no_manifest_and_a_rerun_completes(
     endpoint, corpus, reference, tmp_path, monkeypatch
 ):
     fs = endpoint
-    real_copy = object_publish.copy_file
+    real_upload = StorePath.upload
 
-    def fail_on_manifest(source, target, rel, *args, **kwargs):
-        if rel == MANIFEST_PATH:
+    def fail_on_manifest(self, local_path):
+        if self.path.endswith(MANIFEST_PATH):
             raise OSError("simulated crash before the manifest upload")
-        return real_copy(source, target, rel, *args, **kwargs)
+        return real_upload(self, local_path)
 
-    monkeypatch.setattr(object_publish, "copy_file", fail_on_manifest)
+    monkeypatch.setattr(StorePath, "upload", fail_on_manifest)
     assert _convert(str(corpus), "s3://bucket/crash", tmp_path) == 1
     left = _tree(fs, "crash")
     assert MANIFEST_PATH not in left and any(k.startswith("data/") for k in left)
+    assert any(k.startswith(".shardfeed-work/") for k in left)
     with pytest.raises(IncompleteDatasetError):
         open_dataset("s3://bucket/crash")
-    # a killed upload's temporary key and a stale shard of another plan are cleaned up
-    with fs.open_output_stream("bucket/crash/data/chunk-000/.file-000.parquet.tmp-dead") as out:
-        out.write(b"partial")
+    # a killed worker's unfinished multipart upload and a stale shard of another plan go
+    client = object_upload._s3_client(fs)
+    client.create_multipart_upload(Bucket="bucket", Key="crash/data/chunk-000/file-000.parquet")
     with fs.open_output_stream("bucket/crash/data/chunk-000/file-999.parquet") as out:
         out.write(b"stale")
-    monkeypatch.setattr(object_publish, "copy_file", real_copy)
+    monkeypatch.setattr(StorePath, "upload", real_upload)
     assert _convert(str(corpus), "s3://bucket/crash", tmp_path) == 0  # no --overwrite needed
     assert _tree(fs, "crash") == reference
-    assert os.listdir(tmp_path / "scratch") == []
+    assert client.list_multipart_uploads(Bucket="bucket", Prefix="crash/").get("Uploads", []) == []
+
+
+def test_temp_location_holds_the_work_dir(endpoint, corpus, reference, tmp_path, monkeypatch):
+    """``--temp_location`` moves the work files out of DST; they are removed after publishing."""
+    scratch = tmp_path / "scratch"
+    seen = []
+    real = WorkDirProgress.__enter__
+
+    def spy(self):
+        seen.append(self.work)
+        return real(self)
+
+    monkeypatch.setattr(WorkDirProgress, "__enter__", spy)
+    argv = [str(corpus), "s3://bucket/tl", tmp_path, "--temp_location", str(scratch)]
+    assert _convert(*argv) == 0
+    assert [str(w).startswith(str(scratch)) for w in seen] == [True]
+    assert _tree(endpoint, "tl") == reference and not seen[0].exists()
 
 
 def test_overwrite_refused_then_manifest_deleted_first(
@@ -275,18 +297,6 @@ def test_overwrite_refused_then_manifest_deleted_first(
     assert tree.pop("README.txt") == b"mine" and tree == reference
 
 
-def test_upload_sends_the_manifest_last(endpoint, reference, tmp_path):
-    local = tmp_path / "ds"
-    for rel, data in reference.items():
-        (local / rel).parent.mkdir(parents=True, exist_ok=True)
-        (local / rel).write_bytes(data)
-    recording = _Recording(endpoint)
-    object_publish.upload_dataset(str(local), Target("bucket/order", recording), workers=4)
-    moves = [path for op, path in recording.calls if op == "move"]
-    assert len(moves) == len(reference) and moves[-1] == f"bucket/order/{MANIFEST_PATH}"
-    assert _tree(endpoint, "order") == reference
-
-
 def test_refuses_a_prefix_holding_other_files(endpoint, corpus, tmp_path, capsys):
     with endpoint.open_output_stream("bucket/busy/notes.txt") as out:
         out.write(b"x")
@@ -303,6 +313,22 @@ def test_names_and_endpoints():
     )
     assert with_endpoint("/local", "http://h:1") == "/local"
     assert with_endpoint("s3://b/p", None) == "s3://b/p"
+
+
+def _record_uploads(monkeypatch) -> list[str]:
+    """The dataset-relative keys of every dataset file sent with :meth:`StorePath.upload`, in
+    order (work files left out)."""
+    sent: list[str] = []
+    real = StorePath.upload
+
+    def record(self, local_path):
+        rel = self.path.split("/", 2)[2]
+        if not rel.startswith(".shardfeed-work/"):
+            sent.append(rel)
+        return real(self, local_path)
+
+    monkeypatch.setattr(StorePath, "upload", record)
+    return sent
 
 
 class _Recording:

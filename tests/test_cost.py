@@ -39,6 +39,7 @@ from shardfeed.formats.sample_index import (
     read_sample_cost,
     write_sample_index,
 )
+from shardfeed.formats.store_path import StorePath
 from shardfeed.formats.verify import verify_dataset
 from shardfeed.pipelines.convert import reusable_outcome
 from shardfeed.schemas import Feature, FeatureSpec, ShardfeedError
@@ -426,9 +427,9 @@ def test_outcome_without_or_with_bad_row_cost_is_refused_and_not_reused(tmp_path
         dataclasses.replace(outcome, row_cost=outcome.row_cost[:49])
     sidecar = tmp_path / "sidecar.json"
     sidecar.write_text(json.dumps({"inputs": "abc", "outcome": outcome.to_state()}))
-    assert reusable_outcome(str(tmp_path), str(sidecar), "abc") is not None
+    assert reusable_outcome(StorePath(str(tmp_path)), StorePath(str(sidecar)), "abc") is not None
     sidecar.write_text(json.dumps({"inputs": "abc", "outcome": old}))
-    assert reusable_outcome(str(tmp_path), str(sidecar), "abc") is None
+    assert reusable_outcome(StorePath(str(tmp_path)), StorePath(str(sidecar)), "abc") is None
 
 
 def test_write_sample_index_cost_column(tmp_path):

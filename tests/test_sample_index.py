@@ -33,6 +33,7 @@ from shardfeed.formats.sample_index import (
     write_sample_index,
 )
 from shardfeed.formats.storage import locate
+from shardfeed.formats.store_path import StorePath
 from shardfeed.formats.verify import verify_dataset
 from shardfeed.pipelines.convert import reusable_outcome
 from shardfeed.pipelines.runners import make_runner
@@ -344,14 +345,14 @@ def test_a_sidecar_without_row_bytes_is_not_reused(tmp_path):
     outcome = an_outcome(tmp_path)
     sidecar = tmp_path / "sidecar.json"
     sidecar.write_text(json.dumps({"inputs": "abc", "outcome": outcome.to_state()}))
-    reused = reusable_outcome(str(tmp_path), str(sidecar), "abc")
+    reused = reusable_outcome(StorePath(str(tmp_path)), StorePath(str(sidecar)), "abc")
     assert reused is not None
     np.testing.assert_array_equal(reused.row_bytes, outcome.row_bytes)
     old = {k: v for k, v in outcome.to_state().items() if k != "row_bytes"}
     sidecar.write_text(json.dumps({"inputs": "abc", "outcome": old}))
-    assert reusable_outcome(str(tmp_path), str(sidecar), "abc") is None
+    assert reusable_outcome(StorePath(str(tmp_path)), StorePath(str(sidecar)), "abc") is None
     sidecar.write_text(json.dumps(["not", "a", "sidecar"]))
-    assert reusable_outcome(str(tmp_path), str(sidecar), "abc") is None
+    assert reusable_outcome(StorePath(str(tmp_path)), StorePath(str(sidecar)), "abc") is None
 
 
 # --------------------------------------------------------------------------------------------

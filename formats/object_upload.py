@@ -1,0 +1,161 @@
+"""Send one local file to an object-store key: written once, streamed, hashed while sending.
+
+On S3 (with boto3 installed, as the ``beam`` extra does) a file larger than one part is a
+multipart upload that this process controls: parts of ``SHARDFEED_S3_PART_SIZE`` bytes (default
+64 MiB, at least S3's 5 MiB), each part's bytes hashed as they are read, and the upload aborted
+if anything fails, so no half-written object and no orphaned parts are left. The object appears
+under its final key only when the store completes the upload; no temporary key, no server-side
+copy, no size limit below the store's own (10,000 parts). Other stores (``gs://``, ``abfs://``)
+go through ``pyarrow.fs`` output streams, which upload in parts of their own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from shardfeed.schemas.errors import ShardfeedError
+
+PART_SIZE_ENV = "SHARDFEED_S3_PART_SIZE"
+DEFAULT_PART_SIZE = 64 << 20
+MIN_PART_SIZE = 5 << 20  # S3's floor for every part but the last
+MAX_PARTS = 10_000
+_READ = 8 << 20
+
+
+class UploadError(ShardfeedError):
+    """A file could not be sent whole to its key."""
+
+
+def part_size() -> int:
+    """The multipart part size: ``SHARDFEED_S3_PART_SIZE`` bytes, or 64 MiB."""
+    text = os.environ.get(PART_SIZE_ENV)
+    if not text:
+        return DEFAULT_PART_SIZE
+    try:
+        value = int(text)
+    except ValueError:
+        raise ShardfeedError(f"{PART_SIZE_ENV}={text!r} is not a number of bytes") from None
+    if value < MIN_PART_SIZE:
+        raise ShardfeedError(f"{PART_SIZE_ENV}={value} is below S3's 5 MiB part minimum")
+    return value
+
+
+def upload_file(filesystem: pafs.FileSystem, local_path: str, key: str) -> tuple[int, str]:
+    """Send ``local_path`` to ``key`` (``bucket/path``) on ``filesystem``; (size, sha256) of the
+    bytes sent."""
+    size = os.path.getsize(local_path)
+    client = _s3_client(filesystem)
+    if client is not None:
+        return _upload_s3(client, local_path, key, size)
+    digest = hashlib.sha256()
+    sent = 0
+    with open(local_path, "rb") as source, filesystem.open_output_stream(key) as out:
+        while chunk := source.read(_READ):
+            digest.update(chunk)
+            out.write(chunk)
+            sent += len(chunk)
+    return sent, digest.hexdigest()
+
+
+def _upload_s3(client: Any, local_path: str, key: str, size: int) -> tuple[int, str]:
+    bucket, _, name = key.partition("/")
+    part = max(part_size(), -(-size // MAX_PARTS))
+    digest = hashlib.sha256()
+    with open(local_path, "rb") as source:
+        if size <= part:  # one request
+            body = source.read()
+            digest.update(body)
+            client.put_object(Bucket=bucket, Key=name, Body=body)
+            return len(body), digest.hexdigest()
+        upload = client.create_multipart_upload(Bucket=bucket, Key=name)["UploadId"]
+        try:
+            parts, sent = [], 0
+            while body := source.read(part):
+                digest.update(body)
+                number = len(parts) + 1
+                answer = client.upload_part(
+                    Bucket=bucket, Key=name, UploadId=upload, PartNumber=number, Body=body
+                )
+                parts.append({"ETag": answer["ETag"], "PartNumber": number})
+                sent += len(body)
+            if sent != size:
+                raise UploadError(
+                    f"{local_path} changed while it was sent ({sent} of {size} bytes)"
+                )
+            client.complete_multipart_upload(
+                Bucket=bucket, Key=name, UploadId=upload, MultipartUpload={"Parts": parts}
+            )
+        except BaseException:
+            with contextlib.suppress(Exception):
+                client.abort_multipart_upload(Bucket=bucket, Key=name, UploadId=upload)
+            raise
+    return sent, digest.hexdigest()
+
+
+def abort_stale_uploads(filesystem: pafs.FileSystem, prefix: str) -> int:
+    """Abort unfinished multipart uploads under ``prefix`` (``bucket/path``) that a killed worker
+    left (their parts are billed but never seen); returns how many. Nothing to do elsewhere."""
+    client = _s3_client(filesystem)
+    if client is None:
+        return 0
+    bucket, _, name = prefix.partition("/")
+    aborted = 0
+    for upload in _uploads(client, bucket, name.rstrip("/") + "/"):
+        with contextlib.suppress(Exception):
+            client.abort_multipart_upload(
+                Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+            )
+            aborted += 1
+    return aborted
+
+
+def _uploads(client: Any, bucket: str, prefix: str) -> Iterator[dict]:
+    paginator = client.get_paginator("list_multipart_uploads")
+    for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
+        yield from page.get("Uploads", [])
+
+
+_CLIENTS: dict[tuple, Any] = {}
+
+
+def _s3_client(filesystem: pafs.FileSystem) -> Any | None:
+    """A boto3 client speaking to the same S3 endpoint, region and credentials as
+    ``filesystem`` (one per process and setting), or None for another store or without boto3."""
+    if not isinstance(filesystem, pafs.S3FileSystem):
+        return None
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError:
+        return None
+    options = filesystem.__reduce__()[1][0]  # the settings pyarrow pickles the filesystem with
+    endpoint = options.get("endpoint_override") or None
+    if endpoint and "://" not in endpoint:
+        endpoint = f"{options.get('scheme') or 'https'}://{endpoint}"
+    settings = (
+        os.getpid(),  # a client is not shared across a fork
+        endpoint,
+        options.get("region") or None,
+        options.get("access_key") or None,
+        options.get("secret_key") or None,
+        options.get("session_token") or None,
+    )
+    client = _CLIENTS.get(settings)
+    if client is None:
+        client = boto3.session.Session().client(
+            "s3",
+            endpoint_url=settings[1],
+            region_name=settings[2],
+            aws_access_key_id=settings[3],
+            aws_secret_access_key=settings[4],
+            aws_session_token=settings[5],
+            config=Config(retries={"mode": "standard", "max_attempts": 5}),
+        )
+        _CLIENTS[settings] = client
+    return client

@@ -143,7 +143,9 @@ def cost_buckets(costs: np.ndarray, buckets: int = DEFAULT_COST_BUCKETS) -> tupl
     (``k = 1 .. buckets - 1``; the sorted cost at position ``k * N // buckets``), without 0 and
     duplicates. So each bucket ``[b[k-1], b[k])`` holds about ``N / buckets`` samples, a cost that
     many samples share gets a bucket to itself, and there are at most ``buckets - 1`` boundaries,
-    strictly increasing. Exact and deterministic: publish has every cost."""
+    strictly increasing. Exact and deterministic over ``costs``: publish passes every sample's
+    cost up to ``sample_index.COST_SAMPLE`` samples, and every k-th sample's beyond (global index
+    a multiple of k), so a driver never holds every cost of a large dataset."""
     values = np.asarray(costs, dtype=np.int64).reshape(-1)
     if buckets < 1:
         raise ValueError(f"buckets must be >= 1, got {buckets}")

@@ -13,7 +13,7 @@ import base64
 import dataclasses
 import os
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +38,13 @@ from shardfeed.formats.meta_writer import (
     write_tasks,
 )
 from shardfeed.formats.payload import table_row_bytes
-from shardfeed.formats.sample_index import write_sample_index
+from shardfeed.formats.sample_index import (
+    COLUMN,
+    COST_COLUMN,
+    OFFSET_COLUMN,
+    SampleIndexWritten,
+    stream_sample_index,
+)
 from shardfeed.formats.shard_writer import DEFAULT_ROW_GROUP_BYTES, write_shard
 from shardfeed.formats.sources.base import UnitRef
 from shardfeed.formats.stats import FeatureStats, merge_all
@@ -105,19 +111,24 @@ class ShardOutcome:
     ``publish`` writes both to the sample index. ``files`` are other files written with the
     shard (its videos), for the manifest's ``files``. ``to_state``/``from_state`` give a JSON
     form, so parallel writers can leave outcomes as small sidecar files that ``publish`` reads
-    back in shard order (never pickles); sizes and costs go in it zstd-compressed.
+    back in shard order (never pickles); sizes and costs go in it zstd-compressed. A *light*
+    outcome (``from_state(..., per_row=False)``) has no per-row arrays (None): a driver holds
+    one per shard and reads the arrays again, one shard at a time, for the sample index.
     """
 
     number: int
     record: ShardRecord
     stats: dict[str, FeatureStats]
     episodes: list[EpisodeRecord]
-    row_bytes: np.ndarray
-    row_cost: np.ndarray
+    row_bytes: np.ndarray | None
+    row_cost: np.ndarray | None
     files: list[FileRecord] = field(default_factory=list)
     row_offsets: np.ndarray | None = None  # framed encodings: each row's record offset
 
     def __post_init__(self) -> None:
+        if self.row_bytes is None or self.row_cost is None:  # a light outcome
+            self.row_bytes = self.row_cost = self.row_offsets = None
+            return
         self.row_bytes = np.asarray(self.row_bytes, dtype=np.int64).reshape(-1)
         self.row_cost = np.asarray(self.row_cost, dtype=np.int64).reshape(-1)
         if self.row_offsets is not None:
@@ -141,6 +152,8 @@ class ShardOutcome:
             )
 
     def to_state(self) -> dict[str, Any]:
+        if self.row_bytes is None or self.row_cost is None:
+            raise ValueError(f"shard {self.number}: a light outcome has no state to write")
         return {
             "number": self.number,
             "record": self.record.to_json(),
@@ -170,7 +183,8 @@ class ShardOutcome:
         }
 
     @classmethod
-    def from_state(cls, state: Mapping[str, Any]) -> ShardOutcome:
+    def from_state(cls, state: Mapping[str, Any], *, per_row: bool = True) -> ShardOutcome:
+        """The outcome ``to_state`` gave; ``per_row=False``: a light one (no per-row arrays)."""
         episodes = [
             EpisodeRecord(
                 e["episode_index"],
@@ -196,15 +210,21 @@ class ShardOutcome:
             record=ShardRecord.from_json(state["record"], f"shard[{number}]"),
             stats={name: FeatureStats.from_state(s) for name, s in state["stats"].items()},
             episodes=episodes,
-            row_bytes=_decode_sizes(state["row_bytes"], f"shard {number}", "row_bytes"),
-            row_cost=_decode_sizes(state["row_cost"], f"shard {number}", "row_cost"),
+            row_bytes=(
+                _decode_sizes(state["row_bytes"], f"shard {number}", "row_bytes")
+                if per_row
+                else None
+            ),
+            row_cost=(
+                _decode_sizes(state["row_cost"], f"shard {number}", "row_cost") if per_row else None
+            ),
             files=[
                 FileRecord.from_json(f, f"shard[{number}].files[{i}]")
                 for i, f in enumerate(state.get("files", []))
             ],
             row_offsets=(
                 _decode_sizes(state["row_offsets"], f"shard {number}", "row_offsets")
-                if "row_offsets" in state
+                if per_row and "row_offsets" in state
                 else None
             ),
         )
@@ -324,9 +344,13 @@ def publish(
     hot_shards: int = 0,
     splits: Sequence[tuple[str, int]] = (),
     duplicates: Duplicates | None = None,
+    reload: Callable[[ShardOutcome], ShardOutcome] | None = None,
 ) -> Manifest:
     """Write stats, tasks, episodes, info and the sample index from the shard outcomes, then the
     manifest, last.
+
+    ``reload``: given light outcomes (no per-row arrays), returns a shard's full one; the sample
+    index is then written one shard at a time, so memory stays O(shards), not O(samples).
 
     The manifest's ``cost`` names the cost kind of ``options.cost`` for ``spec`` and holds
     :func:`~shardfeed.formats.cost.cost_buckets` of every sample's cost; the kind is also
@@ -366,16 +390,8 @@ def publish(
     if split_records:
         info = dataclasses.replace(info, splits=_info_splits(split_records, outcomes, episodic))
     files.append(write_info(root, info))
-    costs = [o.row_cost for o in outcomes]
-    offsets = None
-    if get_encoding(options.encoding).framed:
-        missing = [o.number for o in outcomes if o.row_offsets is None]
-        if missing:
-            raise ShardfeedError(f"{options.encoding} shards {missing[:5]} have no record offsets")
-        offsets = [o.row_offsets for o in outcomes]
-    files.append(
-        write_sample_index(root, [o.row_bytes for o in outcomes], cost=costs, offsets=offsets)
-    )
+    index = _write_sample_index(root, outcomes, options.encoding, reload)
+    files.append(index.record)
     files.extend(extra_files)
     files.extend(f for o in outcomes for f in o.files)
     files.sort(key=lambda r: r.path)
@@ -389,13 +405,41 @@ def publish(
         rejects=rejects or Rejects(),
         provenance=Provenance(options.source, content_options, __version__),
         encoding=options.encoding,
-        cost=CostSpec(kind, cost_buckets(np.concatenate(costs) if costs else np.zeros(0))),
+        cost=CostSpec(kind, cost_buckets(index.cost_sample)),
         hot_shards=hot_shards,
         splits=split_records,
         duplicates=duplicates,
     )
     atomic_write_bytes(os.path.join(root, MANIFEST_PATH), manifest.dumps().encode())
     return manifest
+
+
+def _write_sample_index(
+    root: str,
+    outcomes: Sequence[ShardOutcome],
+    encoding: str,
+    reload: Callable[[ShardOutcome], ShardOutcome] | None,
+) -> SampleIndexWritten:
+    """``samples.parquet`` from the outcomes' per-row arrays, one shard at a time."""
+    framed = get_encoding(encoding).framed
+    names = [COLUMN, COST_COLUMN, *([OFFSET_COLUMN] if framed else [])]
+
+    def shards() -> Iterator[dict[str, np.ndarray]]:
+        for light in outcomes:
+            outcome = light if reload is None else reload(light)
+            if outcome.row_bytes is None or outcome.row_cost is None:
+                raise ShardfeedError(f"shard {outcome.number}: no per-row sizes to index")
+            if framed and outcome.row_offsets is None:
+                raise ShardfeedError(
+                    f"{encoding} shard {outcome.number} ({outcome.record.path}) has no record "
+                    "offsets"
+                )
+            columns = {COLUMN: outcome.row_bytes, COST_COLUMN: outcome.row_cost}
+            if framed:
+                columns[OFFSET_COLUMN] = outcome.row_offsets
+            yield columns
+
+    return stream_sample_index(root, names, shards)
 
 
 def _split_records(

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +38,7 @@ __all__ = [
     "read_record_offsets",
     "read_sample_bytes",
     "read_sample_cost",
+    "stream_sample_index",
     "write_sample_index",
 ]
 
@@ -66,33 +68,128 @@ def write_sample_index(
     offsets: Sequence[np.ndarray] | None = None,
 ) -> FileRecord:
     """Write ``root/meta/shardfeed/samples.parquet`` from per-shard size arrays, in shard order,
-    and, with ``cost``, per-shard cost arrays of the same lengths as a second column ``cost``.
+    and, with ``cost``, per-shard cost arrays of the same lengths as a second column ``cost``
+    (``offsets``: a ``record_offset`` column). The arrays in memory; :func:`stream_sample_index`
+    takes them one shard at a time."""
+    columns = {COLUMN: row_bytes, COST_COLUMN: cost, OFFSET_COLUMN: offsets}
+    given = {name: arrays for name, arrays in columns.items() if arrays is not None}
+    counts = {name: len(arrays) for name, arrays in given.items()}
+    if len(set(counts.values())) > 1:
+        raise ValueError(f"per-column shard counts differ: {counts}")
 
-    Each column is ``uint32`` when every value is below 2**32, else ``uint64``; neither is
-    nullable. Row groups hold exactly :data:`ROW_GROUP_ROWS` rows (the last fewer), so the bytes
-    depend on the values alone, never on how they were split into shards. Written atomically,
-    zstd.
-    """
-    columns = {COLUMN: _per_shard(row_bytes, "sample sizes")}
-    if cost is not None:
-        columns[COST_COLUMN] = _per_shard(cost, "sample costs")
-    if offsets is not None:
-        columns[OFFSET_COLUMN] = _per_shard(offsets, "record offsets")
-    lengths = {name: [len(a) for a in arrays] for name, arrays in columns.items()}
-    if any(v != lengths[COLUMN] for v in lengths.values()):
-        raise ValueError(f"per-shard lengths differ: {lengths}")
-    dtypes = {name: _narrowest(arrays) for name, arrays in columns.items()}
+    def shards() -> Iterator[dict[str, np.ndarray]]:
+        for i in range(counts[COLUMN]):
+            yield {name: arrays[i] for name, arrays in given.items()}
+
+    return stream_sample_index(root, list(given), shards).record
+
+
+@dataclass(frozen=True)
+class SampleIndexWritten:
+    """What :func:`stream_sample_index` wrote: the file's record, and every ``stride``-th
+    sample's cost (all of them up to :data:`COST_SAMPLE` samples; None without a cost column)."""
+
+    record: FileRecord
+    cost_sample: np.ndarray | None
+
+
+COST_SAMPLE = 1 << 20  # samples whose costs the manifest's cost buckets are computed from
+
+
+def stream_sample_index(
+    root: str,
+    names: Sequence[str],
+    shards: Callable[[], Iterable[Mapping[str, np.ndarray]]],
+) -> SampleIndexWritten:
+    """Write ``samples.parquet`` holding at most one shard's arrays and one row group at a time.
+
+    ``shards()`` yields, in shard order, each shard's ``{column: array}`` for the columns
+    ``names`` (``bytes`` first); it is called twice: once to check the arrays and pick each
+    column's type, once to write. Each column is ``uint32`` when every value is below 2**32,
+    else ``uint64``; neither is nullable. Row groups hold exactly :data:`ROW_GROUP_ROWS` rows (the
+    last fewer), so the bytes depend on the values alone, never on how they were split into
+    shards. Written atomically, zstd."""
+    if not names or names[0] != COLUMN:
+        raise ValueError(f"the columns must start with {COLUMN!r}, got {list(names)}")
+    wide = dict.fromkeys(names, False)
+    total = 0
+    for shard in shards():
+        arrays = _checked(shard, names)
+        for name, array in arrays.items():
+            wide[name] = wide[name] or bool(array.size and int(array.max()) >= _UINT32_LIMIT)
+        total += len(arrays[COLUMN])
+    dtypes = {name: np.uint64 if wide[name] else np.uint32 for name in names}
     schema = pa.schema(
         [pa.field(n, pa.from_numpy_dtype(d), nullable=False) for n, d in dtypes.items()]
     )
-    pieces = [_fixed_chunks(columns[name], ROW_GROUP_ROWS, dtypes[name]) for name in columns]
+    stride = max(1, -(-total // COST_SAMPLE))
+    sample: list[np.ndarray] = []
+    seen = 0
     with (
         atomic_open(os.path.join(root, SAMPLE_INDEX_PATH)) as handle,
         pq.ParquetWriter(handle, schema, compression="zstd") as writer,
     ):
-        for chunks in zip(*pieces, strict=True):
-            writer.write_table(pa.table(list(chunks), schema=schema), row_group_size=ROW_GROUP_ROWS)
-    return file_record(root, SAMPLE_INDEX_PATH)
+        for group in _row_groups(shards(), schema, dtypes, ROW_GROUP_ROWS):
+            writer.write_table(group, row_group_size=ROW_GROUP_ROWS)
+            if COST_COLUMN in names:
+                costs = group.column(COST_COLUMN).to_numpy()
+                sample.append(costs[(-seen) % stride :: stride].astype(np.int64))
+            seen += group.num_rows
+    if seen != total:
+        raise ValueError(f"the shards gave {total} rows, then {seen}")
+    cost_sample = None
+    if COST_COLUMN in names:
+        cost_sample = np.concatenate(sample) if sample else np.zeros(0, np.int64)
+    return SampleIndexWritten(file_record(root, SAMPLE_INDEX_PATH), cost_sample)
+
+
+def _checked(shard: Mapping[str, np.ndarray], names: Sequence[str]) -> dict[str, np.ndarray]:
+    """One shard's arrays, flattened; every column present, of one length, and >= 0."""
+    if set(shard) != set(names):
+        raise ValueError(f"a shard has columns {sorted(shard)}, expected {sorted(names)}")
+    arrays = {name: np.asarray(shard[name]).reshape(-1) for name in names}
+    lengths = {name: len(array) for name, array in arrays.items()}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"per-shard lengths differ: {lengths}")
+    for name, array in arrays.items():
+        if array.size and array.min() < 0:
+            raise ValueError(f"{_WHAT[name]} must be >= 0")
+    return arrays
+
+
+_WHAT = {COLUMN: "sample sizes", COST_COLUMN: "sample costs", OFFSET_COLUMN: "record offsets"}
+
+
+def _row_groups(
+    shards: Iterable[Mapping[str, np.ndarray]],
+    schema: pa.Schema,
+    dtypes: Mapping[str, type],
+    rows: int,
+) -> Iterator[pa.Table]:
+    """The concatenation of the shards' arrays cut into tables of ``schema`` of exactly ``rows``
+    rows (the last fewer); holds at most one table plus one shard's arrays at a time."""
+    names = schema.names
+    pending: dict[str, list[np.ndarray]] = {name: [] for name in names}
+    held = 0
+
+    def table(columns: Mapping[str, np.ndarray]) -> pa.Table:
+        return pa.table([pa.array(columns[name]) for name in names], schema=schema)
+
+    for shard in shards:
+        arrays = _checked(shard, names)
+        for name in names:
+            pending[name].append(arrays[name].astype(dtypes[name], copy=False))
+        held += len(arrays[COLUMN])
+        if held < rows:
+            continue
+        merged = {name: np.concatenate(pending[name]) for name in names}
+        cut = held - held % rows
+        for start in range(0, cut, rows):
+            yield table({name: merged[name][start : start + rows] for name in names})
+        pending = {name: [merged[name][cut:]] for name in names}
+        held -= cut
+    if held:
+        yield table({name: np.concatenate(pending[name]) for name in names})
 
 
 def read_sample_bytes(
@@ -197,18 +294,6 @@ def _manifest_of(
     return location, manifest or load_manifest(location)
 
 
-def _per_shard(arrays: Sequence[np.ndarray], what: str) -> list[np.ndarray]:
-    out = [np.asarray(a).reshape(-1) for a in arrays]
-    if any(a.size and a.min() < 0 for a in out):
-        raise ValueError(f"{what} must be >= 0")
-    return out
-
-
-def _narrowest(arrays: Sequence[np.ndarray]) -> type:
-    wide = any(a.size and int(a.max()) >= _UINT32_LIMIT for a in arrays)
-    return np.uint64 if wide else np.uint32
-
-
 def prefix_bytes(sizes: np.ndarray) -> np.ndarray:
     """Cumulative sizes as int64, length ``N + 1``: ``out[0] == 0`` and ``out[i]`` is the total
     payload of samples ``[0, i)``, so samples ``[a, b)`` weigh ``out[b] - out[a]`` bytes."""
@@ -216,25 +301,6 @@ def prefix_bytes(sizes: np.ndarray) -> np.ndarray:
     out = np.zeros(len(values) + 1, dtype=np.int64)
     np.cumsum(values, dtype=np.int64, out=out[1:])
     return out
-
-
-def _fixed_chunks(arrays: Sequence[np.ndarray], rows: int, dtype: type) -> Iterator[pa.Array]:
-    """The concatenation of ``arrays`` as ``dtype``, cut into pieces of exactly ``rows`` (the last
-    fewer); holds at most one piece plus one input array at a time."""
-    pending: list[np.ndarray] = []
-    held = 0
-    for array in arrays:
-        pending.append(array.astype(dtype, copy=False))
-        held += len(array)
-        if held < rows:
-            continue
-        merged = np.concatenate(pending)
-        cut = len(merged) - len(merged) % rows
-        for start in range(0, cut, rows):
-            yield pa.array(merged[start : start + rows])
-        pending, held = [merged[cut:]], len(merged) - cut
-    if held:
-        yield pa.array(np.concatenate(pending))
 
 
 def _read(location: Location, where: str) -> bytes:

@@ -283,6 +283,8 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
     reject_names, reject_counts = planned.reject_files, planned.reject_counts
     rejected_units = planned.rejected_units
     outcomes = checked_outcomes(planned, graph.work, config.max_reject_fraction)
+    reload = SidecarReload()
+    reload.add(graph, outcomes)
     remove_unplanned(dst, outcomes)
     duplicates = None
     # meta/ is written here (on an object store: in a local directory, then sent), manifest last
@@ -301,6 +303,7 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
             stats=load_merged_stats(graph.work),
             hot_shards=planned.hot_shards,
             duplicates=duplicates,
+            reload=reload,
         )
         land_metadata(dst, root, manifest)
     graph.work.rmtree()
@@ -345,15 +348,33 @@ def _run(options: PipelineOptions, build: Callable[[beam.Pipeline], object]) -> 
     """Build and run one pipeline to completion; close a Dask client the runner opened."""
     pipeline = beam.Pipeline(runner=make_runner(options), options=options)
     build(pipeline)
-    result = pipeline.run()
+    result = None
     try:
+        result = pipeline.run()
         state = result.wait_until_finish()
+    except Exception as err:
+        failure = _cluster_failure(err)
+        if failure is None:
+            raise
+        raise failure from None
     finally:
         client = getattr(result, "client", None)  # DaskRunnerResult holds its distributed.Client
         if client is not None:
             client.close()
     if state is not None and state != PipelineState.DONE:
         raise ShardfeedError(f"the Beam pipeline ended in state {state}; nothing was published")
+
+
+def _cluster_failure(err: Exception) -> ShardfeedError | None:
+    """A one-line error for a failure of the cluster itself (a Dask worker that died on every
+    attempt at a task, a lost scheduler), which no input caused; None for anything else."""
+    if not type(err).__module__.startswith("distributed"):
+        return None
+    what = str(err).split(". ")[0].strip() or type(err).__name__
+    return ShardfeedError(
+        f"the Dask cluster failed ({type(err).__name__}: {what}); nothing was published. Run the "
+        "same command again: the shards already written are kept"
+    )
 
 
 def only_leftovers(dst: StorePath, work: StorePath) -> bool:
@@ -402,12 +423,16 @@ def _hot_notes(planned: PlanInfo) -> list[str]:
 
 def remove_unplanned(dst: StorePath, outcomes: Sequence[ShardOutcome]) -> None:
     """Delete data and video files this run did not write (an interrupted run's other shards,
-    temporary files), so the published tree holds exactly what the manifest lists."""
+    temporary files), so the published tree holds exactly what the manifest lists; on an object
+    store, abort the multipart uploads of workers killed during this run (a retried task wrote
+    its shard again, under a new upload)."""
     keep = {r.path for o in outcomes for r in (o.record, *getattr(o, "files", ()))}
     for top in LISTED_DIRS:
         for rel in (dst / top).files():
             if f"{top}/{rel}" not in keep:
                 (dst / top / rel).unlink()
+    if not dst.is_local:
+        abort_stale_uploads(dst.filesystem, dst.path)
 
 
 def land_metadata(dst: StorePath, root: str, manifest: Manifest) -> None:
@@ -449,13 +474,31 @@ def checked_outcomes(
 
 
 def _read_outcomes(work: StorePath) -> list[ShardOutcome]:
+    """The light outcomes (no per-row arrays) of the sidecars under ``work``: O(shards)."""
     directory = work / "shards"
     outcomes = []
     for name in directory.names():
         if name.endswith(".json") and not name.startswith("."):
             state = json.loads((directory / name).read_bytes())
-            outcomes.append(ShardOutcome.from_state(state["outcome"]))
+            outcomes.append(ShardOutcome.from_state(state["outcome"], per_row=False))
     return outcomes
+
+
+class SidecarReload:
+    """Read a shard's full outcome (per-row sizes, costs, offsets) back from its sidecar, for
+    ``publish(..., reload=...)``: the driver holds one shard's arrays at a time."""
+
+    def __init__(self) -> None:
+        self.graphs: dict[int, GraphConfig] = {}
+
+    def add(self, graph: GraphConfig, outcomes: Sequence[ShardOutcome]) -> None:
+        """``outcomes`` were written under ``graph``'s work directory."""
+        for outcome in outcomes:
+            self.graphs[outcome.number] = graph
+
+    def __call__(self, light: ShardOutcome) -> ShardOutcome:
+        sidecar = self.graphs[light.number].sidecar(light.number)
+        return ShardOutcome.from_state(json.loads(sidecar.read_bytes())["outcome"])
 
 
 def move_rejects(root: str, work: StorePath, names: list[str]) -> list[FileRecord]:

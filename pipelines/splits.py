@@ -28,6 +28,7 @@ from shardfeed.pipelines.convert import ConvertFiles, InferSchema
 from shardfeed.pipelines.driver import (
     ConvertConfig,
     ConvertSummary,
+    SidecarReload,
     _PhaseClock,
     _run,
     checked_outcomes,
@@ -146,6 +147,7 @@ def run_split_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> C
         config.target_shard_bytes, config.shuffle_seed is not None, config.max_reject_fraction
     )
     outcomes: list[ShardOutcome] = []
+    reload = SidecarReload()
     shard_counts: list[tuple[str, int]] = []
     rejects: Counter[str] = Counter()
     extra = []
@@ -189,6 +191,7 @@ def run_split_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> C
         if not written:
             raise ShardfeedError(f"split {name!r} holds no samples; every split needs some")
         outcomes.extend(written)
+        reload.add(graph, written)
         shard_counts.append((name, len(written)))
         rows += sum(o.record.rows for o in written)
         units += planned.planned_units
@@ -206,6 +209,7 @@ def run_split_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> C
         rejects=Rejects(rejected, reject_counts),
         extra_files=extra,
         splits=shard_counts,  # stats merge here, in shard order, over every split's shards
+        reload=reload,
     )
     top.work.rmtree()
     clock.mark("publish")

@@ -30,6 +30,7 @@ from shardfeed.formats.sample_index import (
     SampleIndexMissingError,
     prefix_bytes,
     read_sample_bytes,
+    stream_sample_index,
     write_sample_index,
 )
 from shardfeed.formats.storage import locate
@@ -277,6 +278,66 @@ def test_row_groups_are_fixed_whatever_the_shard_split(tmp_path, monkeypatch):
     assert written[0] == written[1] == written[2]
     np.testing.assert_array_equal(
         pq.read_table(tmp_path / "0" / SAMPLE_INDEX_PATH).column("bytes").to_numpy(), values
+    )
+
+
+def test_streamed_index_holds_one_shard_at_a_time_and_samples_costs(tmp_path, monkeypatch):
+    """``stream_sample_index`` asks for the shards twice (types, then rows) and keeps every k-th
+    cost beyond COST_SAMPLE samples, counted in global index order across row groups."""
+    monkeypatch.setattr(sample_index, "ROW_GROUP_ROWS", 4)
+    monkeypatch.setattr(sample_index, "COST_SAMPLE", 10)
+    shards = [
+        {"bytes": np.arange(n) + 1, "cost": np.arange(n) * 3 + start}
+        for n, start in ((7, 0), (0, 0), (13, 100), (5, 7))
+    ]
+    calls = []
+
+    def each_shard():
+        calls.append(len(calls))
+        yield from shards
+
+    written = stream_sample_index(str(tmp_path), ["bytes", "cost"], each_shard)
+    assert calls == [0, 1]
+    costs = np.concatenate([shard["cost"] for shard in shards])  # 25 samples: every 3rd
+    assert written.cost_sample.tolist() == costs[::3].tolist()
+    table = pq.read_table(tmp_path / SAMPLE_INDEX_PATH)
+    assert table.column("cost").to_numpy().tolist() == costs.tolist()
+    assert (
+        table.column("bytes").to_numpy().tolist()
+        == np.concatenate([shard["bytes"] for shard in shards]).tolist()
+    )
+    monkeypatch.setattr(sample_index, "COST_SAMPLE", 1 << 20)  # up to it: every cost
+    assert (
+        stream_sample_index(str(tmp_path), ["bytes", "cost"], lambda: shards).cost_sample.tolist()
+        == costs.tolist()
+    )
+
+
+def test_the_driver_reads_light_outcomes_and_reloads_one_shard_at_a_time(tmp_path):
+    """convert's driver keeps no per-row arrays of its own (O(shards), not O(samples)): it reads
+    each sidecar's arrays again, one shard at a time, while writing the index."""
+    from shardfeed.pipelines import driver
+
+    seen = []
+    real = driver.SidecarReload.__call__
+
+    def spy(self, light):
+        assert light.row_bytes is None and light.row_cost is None
+        full = real(self, light)
+        seen.append((full.number, len(full.row_bytes)))
+        return full
+
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"text": "w " * (i % 9), "n": i}) + "\n" for i in range(90)))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(driver.SidecarReload, "__call__", spy)
+        assert main(["convert", str(src), str(tmp_path / "ds"), "--target-shard-size", "300B"]) == 0
+    ds = open_dataset(tmp_path / "ds")
+    shards = [(i, s.rows) for i, s in enumerate(ds.manifest.shards)]
+    assert len(shards) >= 3 and seen == shards * 2  # twice: the column types, then the rows
+    assert (
+        read_sample_bytes(ds).tolist()
+        == np.concatenate(shard_sizes_read_back(tmp_path / "ds", ds.manifest)).tolist()
     )
 
 

@@ -1,0 +1,180 @@
+"""An HTTP proxy on loopback in front of a moto S3 server that records every request.
+
+Each request is logged with its method, key, body size and whether it came from this process (the
+driver of a conversion) or another one (a Dask worker): the proxy runs here, so a connection whose
+client end is one of this process's own sockets is the driver's. Tests use it to count the bytes
+each side sends to the object store.
+"""
+
+from __future__ import annotations
+
+import http.client
+import http.server
+import os
+import socketserver
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit
+
+HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "te", "trailer"}
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request as the proxy saw it: ``key`` is the path without the bucket."""
+
+    method: str
+    key: str
+    query: str
+    sent: int
+    from_driver: bool
+
+
+def _socket_inodes(pid: int | str) -> set[str]:
+    """The inodes of a process's open sockets, from /proc (Linux)."""
+    inodes = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return inodes
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    return inodes
+
+
+def _port_inodes() -> dict[int, str]:
+    """{local TCP port: socket inode} for the sockets of this network namespace."""
+    out = {}
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        try:
+            with open(table) as handle:
+                rows = handle.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            out.setdefault(int(fields[1].rsplit(":", 1)[1], 16), fields[9])
+    return out
+
+
+def _own_client_ports() -> set[int]:
+    """Local TCP ports of this process's sockets."""
+    own = _socket_inodes("self")
+    return {port for port, inode in _port_inodes().items() if inode in own}
+
+
+def client_pid(port: int) -> int | None:
+    """The process whose socket has local TCP ``port`` (a client of the proxy), if found."""
+    inode = _port_inodes().get(port)
+    if inode is None:
+        return None
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and inode in _socket_inodes(pid):
+            return int(pid)
+    return None
+
+
+class RecordingProxy:
+    """Forwards to ``upstream`` (``host:port``); ``requests`` lists what went through.
+
+    ``hook``, when set, sees each request and the client's port first; when it returns False the
+    request is not forwarded and the connection is closed without an answer."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        self.requests: list[Request] = []
+        self.hook: Callable[[Request, int], bool] | None = None
+        self._lock = threading.Lock()
+        self._server = _Server(("127.0.0.1", 0), _handler(self))
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def host(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"{host}:{port}"
+
+    def start(self) -> RecordingProxy:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def clear(self) -> None:
+        with self._lock:
+            self.requests.clear()
+
+    def record(self, request: Request) -> None:
+        with self._lock:
+            self.requests.append(request)
+
+
+class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+
+
+def _handler(proxy: RecordingProxy) -> type[http.server.BaseHTTPRequestHandler]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: object) -> None:  # quiet
+            pass
+
+        def setup(self) -> None:
+            super().setup()
+            self.from_driver = self.client_address[1] in _own_client_ports()
+            self.upstream = http.client.HTTPConnection(proxy.upstream, timeout=60)
+
+        def finish(self) -> None:
+            super().finish()
+            self.upstream.close()
+
+        def _body(self) -> bytes:
+            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                chunks = []
+                while True:
+                    size = int(self.rfile.readline().split(b";")[0], 16)
+                    if size == 0:
+                        while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                            pass
+                        return b"".join(chunks)
+                    chunks.append(self.rfile.read(size))
+                    self.rfile.readline()
+            return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+        def _forward(self) -> None:
+            body = self._body()
+            parts = urlsplit(self.path)
+            key = unquote(parts.path).lstrip("/").partition("/")[2]
+            request = Request(self.command, key, parts.query, len(body), self.from_driver)
+            proxy.record(request)
+            if proxy.hook is not None and not proxy.hook(request, self.client_address[1]):
+                self.close_connection = True
+                return
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
+            headers["Content-Length"] = str(len(body))
+            self.upstream.request(self.command, self.path, body=body, headers=headers)
+            response = self.upstream.getresponse()
+            data = response.read()
+            self.send_response(response.status, response.reason)
+            for name, value in response.getheaders():
+                if name.lower() not in HOP_BY_HOP:
+                    self.send_header(name, value)
+            if self.command == "HEAD":
+                self.send_header("Content-Length", response.getheader("Content-Length") or "0")
+            else:
+                self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+
+        do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
+
+    return Handler

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Bounded-resources benchmark, one command: shardfeed convert of one generated corpus (an image
-# folder of JPEGs, and JSONL text) at 1x and 4x its size; peak RSS and wall time per size.
+# folder of JPEGs, and JSONL text) at 1x and 4x its size, and 1M against 10M tiny JSONL records;
+# peak RSS and wall time per size.
 #
-#   bash scripts/bench_memory.sh --quick     # 1x ~260 MB per kind (4x ~1 GB), under 3 minutes
+#   bash scripts/bench_memory.sh --quick     # 1x ~260 MB per kind (4x ~1 GB), under 5 minutes
 #   bash scripts/bench_memory.sh             # full size: 1x ~620 MB per kind, 2 runs per size
+#   bash scripts/bench_memory.sh --kinds tiny --repeat 1   # the 10M-record driver case, ~1 minute
 #   bash scripts/bench_memory.sh --help      # every option of scripts/bench_memory.py
 #
 # Uses .venv when it exists (scripts/test.sh creates it); otherwise creates it and installs

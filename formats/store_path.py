@@ -18,11 +18,15 @@ import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from shardfeed.formats.atomic import atomic_write_bytes
+
+if TYPE_CHECKING:
+    from shardfeed.formats.storage import Location
 
 
 def is_remote(uri: str) -> bool:
@@ -46,6 +50,11 @@ class StorePath:
             filesystem, path = pafs.FileSystem.from_uri(text)
             return cls(path.rstrip("/"), filesystem)
         return cls(os.path.abspath(text.removeprefix("file://")))
+
+    @classmethod
+    def at(cls, location: Location) -> StorePath:
+        """The root of a dataset :class:`~shardfeed.formats.storage.Location`."""
+        return cls(location.root, None if location.is_local else location.filesystem)
 
     @property
     def is_local(self) -> bool:
@@ -231,6 +240,18 @@ class StorePath:
             return
         with local_scratch() as scratch:
             yield scratch
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[tuple[str, list[str]]]:
+        """A local root to write files under at their relative paths, and a list to name them in:
+        on success an object-store directory receives the named files, in that order (the last
+        is the commit point, e.g. a header naming a table); a local one is written in place."""
+        names: list[str] = []
+        with self.staged_root() as root:
+            yield root, names
+            if self.filesystem is not None:
+                for rel in names:
+                    (self / rel).upload(os.path.join(root, rel))
 
     def land(self, root: str, files: Sequence[tuple[str, int, str]]) -> None:
         """Send files built under ``staged_root``'s ``root`` to their keys under this directory:

@@ -17,6 +17,7 @@ from shardfeed.dataset_source import DatasetSource
 from shardfeed.formats import assignment_table
 from shardfeed.formats.errors import AssignmentError
 from shardfeed.formats.reader import Dataset
+from shardfeed.formats.store_path import StorePath
 from shardfeed.planning.assign import DROP, PAD, EpochPlan, Policy, World, plan_epoch, plan_homes
 from shardfeed.planning.resume import resume_epoch
 from shardfeed.planning.spans import RowBytes, Spans
@@ -28,6 +29,7 @@ from shardfeed.schemas.assignment import (
     WorldRecord,
     check_name,
     header_path,
+    table_path,
 )
 from shardfeed.schemas.sidecar import TableRecord
 from shardfeed.summary import assignment_summary
@@ -126,19 +128,21 @@ class Assignment:
         return self._sizes
 
     def save(self, name: str | None = None, *, overwrite: bool = False) -> Assignment:
-        """Write the table, then the header, into the dataset (a local directory)."""
+        """Write the table, then the header, into the dataset (a local directory or an object-store
+        prefix; the header is the commit point)."""
         name = check_name(name or self.header.name)
         location = self._source.location
-        if not location.is_local:
-            raise AssignmentError(f"{location.display}: assignments are written to local datasets")
-        if not overwrite and os.path.exists(os.path.join(location.root, header_path(name))):
+        store = StorePath.at(location)
+        if not overwrite and (store / header_path(name)).exists():
             raise AssignmentError(
                 f"{location.display} already has an assignment named {name!r}; "
                 "pick another name or pass overwrite=True (--overwrite)"
             )
-        record = assignment_table.write_table(location.root, name, self.columns)
-        header = _replace_table(self.header, name, record)
-        assignment_table.write_header(location.root, header)
+        with store.writing() as (root, written):
+            record = assignment_table.write_table(root, name, self.columns)
+            header = _replace_table(self.header, name, record)
+            assignment_table.write_header(root, header)
+            written += [table_path(name), header_path(name)]
         self.header = header
         return self
 

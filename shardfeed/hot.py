@@ -18,6 +18,7 @@ from shardfeed.dataset_source import DatasetSource
 from shardfeed.formats import hot_files
 from shardfeed.formats.errors import HotIndexError, HotIndexMissingError
 from shardfeed.formats.reader import Dataset
+from shardfeed.formats.store_path import StorePath
 from shardfeed.hot_inputs import HotInputError, read_access_log, read_weights
 from shardfeed.planning.hot import (
     accesses_from_log,
@@ -28,7 +29,16 @@ from shardfeed.planning.hot import (
     node_pins,
 )
 from shardfeed.planning.spans import Spans, from_global, merge_adjacent
-from shardfeed.schemas.hot import CachePlanHeader, HotIndexHeader, HotSource, NodePins
+from shardfeed.schemas.hot import (
+    CACHE_HEADER_PATH,
+    CACHE_PLAN_PATH,
+    HOT_HEADER_PATH,
+    HOT_INDEX_PATH,
+    CachePlanHeader,
+    HotIndexHeader,
+    HotSource,
+    NodePins,
+)
 from shardfeed.schemas.sidecar import TableRecord
 from shardfeed.schemas.units import parse_size_or_share
 
@@ -102,8 +112,8 @@ class HotIndex:
         return int(cum_bytes[k])
 
     def save(self) -> HotIndex:
-        """Write the table, then the header, into the dataset (a local directory)."""
-        root = _local_root(self.source)
+        """Write the table, then the header, into the dataset (a local directory or an object-store
+        prefix; the header is the commit point)."""
         table = pa.table(
             {
                 "index": self.index,
@@ -113,9 +123,11 @@ class HotIndex:
                 "expected_accesses_per_epoch": self.accesses,
             }
         )
-        record = hot_files.write_hot_table(root, table)
-        self.header = _replace(self.header, table=record)
-        hot_files.write_header(root, self.header)
+        with StorePath.at(self.source.location).writing() as (root, written):
+            record = hot_files.write_hot_table(root, table)
+            self.header = _replace(self.header, table=record)
+            hot_files.write_header(root, self.header)
+            written += [HOT_INDEX_PATH, HOT_HEADER_PATH]
         return self
 
 
@@ -132,7 +144,7 @@ class CachePlan:
         return self.spans.take(self.node == node)
 
     def save(self) -> CachePlan:
-        root = _local_root(self.source)
+        """Write the table, then the header, into the dataset (as :meth:`HotIndex.save`)."""
         table = pa.table(
             {
                 "node": self.node,
@@ -141,9 +153,11 @@ class CachePlan:
                 "row_end": self.spans.end,
             }
         )
-        record = hot_files.write_cache_table(root, table)
-        self.header = _replace(self.header, table=record)
-        hot_files.write_header(root, self.header)
+        with StorePath.at(self.source.location).writing() as (root, written):
+            record = hot_files.write_cache_table(root, table)
+            self.header = _replace(self.header, table=record)
+            hot_files.write_header(root, self.header)
+            written += [CACHE_PLAN_PATH, CACHE_HEADER_PATH]
         return self
 
 
@@ -304,12 +318,6 @@ def _check_dataset(ref, source: DatasetSource, what: str) -> None:
             f"the {what} was made for dataset {ref.fingerprint}, not this one "
             f"({source.ref().fingerprint}); run shardfeed hot again"
         )
-
-
-def _local_root(source: DatasetSource) -> str:
-    if not source.location.is_local:
-        raise HotIndexError(f"{source.location.display}: hot files are written to local datasets")
-    return source.location.root
 
 
 def _replace(header, **changes):

@@ -348,3 +348,32 @@ class _Recording:
 
     def __getattr__(self, name: str):
         return getattr(self.fs, name)
+
+
+def test_reader_side_commands_work_on_the_s3_dataset(endpoint, corpus, tmp_path, capsys):
+    """assign, hot and the loader read (and assign/hot write their files into) a dataset that
+    exists only on S3, as they do with a local one."""
+    from shardfeed.loader import ShardLoader
+
+    assert _convert(str(corpus), "s3://bucket/reads", tmp_path) == 0
+    capsys.readouterr()
+    dst = "s3://bucket/reads"
+    world = ["--nodes", "2", "--gpus-per-node", "2"]
+    assert main(["assign", dst, *world, "--name", "run1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)
+    assert main(["hot", dst, "--weights", "column:n", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)
+    tree = _tree(endpoint, "reads")
+    assert "meta/shardfeed/assignments/run1.parquet" in tree
+    assert "meta/shardfeed/hot_index.parquet" in tree
+    assert verify_dataset(dst).ok
+    seen = []
+    for rank in range(4):
+        loader = ShardLoader(dst, rank=rank, world=4, batch_size=4, columns=["n"])
+        seen.extend(n for batch in loader for n in batch["n"].tolist())
+    assert sorted(seen) == sorted(list(range(ROWS // 2)) * 2)
+    seen = []  # the same through the plan assign stored on S3
+    for rank in range(4):
+        loader = ShardLoader(dst, rank=rank, world=4, batch_size=4, assignment="run1")
+        seen.extend(n for batch in loader for n in batch["n"].tolist())
+    assert sorted(seen) == sorted(list(range(ROWS // 2)) * 2)

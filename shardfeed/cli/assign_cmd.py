@@ -22,7 +22,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "See docs/ASSIGNMENT.md."
         ),
     )
-    parser.add_argument("dataset", help="dataset directory (local; the plan is written into it)")
+    parser.add_argument(
+        "dataset", help="dataset directory or object-store URI (the plan is written into it)"
+    )
     parser.add_argument("--nodes", type=int, required=True, help="nodes in the job")
     parser.add_argument("--gpus-per-node", type=int, required=True, help="ranks per node")
     parser.add_argument(

@@ -19,7 +19,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "epoch as samples) or from an access log of an earlier run. See docs/HOT.md."
         ),
     )
-    parser.add_argument("dataset", help="dataset directory (local; the files are written into it)")
+    parser.add_argument(
+        "dataset", help="dataset directory or object-store URI (the files are written into it)"
+    )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument(
         "--weights",

@@ -63,6 +63,18 @@ def upload_file(filesystem: pafs.FileSystem, local_path: str, key: str) -> tuple
     return sent, digest.hexdigest()
 
 
+def put_bytes(filesystem: pafs.FileSystem, key: str, data: bytes) -> None:
+    """Write ``data`` to ``key`` as a whole: one PUT on S3 (pyarrow's stream would start a
+    multipart upload, three requests, for a small work file), a pyarrow stream elsewhere."""
+    client = _s3_client(filesystem)
+    if client is not None:
+        bucket, _, name = key.partition("/")
+        client.put_object(Bucket=bucket, Key=name, Body=data)
+        return
+    with filesystem.open_output_stream(key, compression=None) as out:
+        out.write(data)
+
+
 def _upload_s3(client: Any, local_path: str, key: str, size: int) -> tuple[int, str]:
     bucket, _, name = key.partition("/")
     part = max(part_size(), -(-size // MAX_PARTS))

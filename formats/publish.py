@@ -13,7 +13,7 @@ import base64
 import dataclasses
 import os
 import shutil
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -344,13 +344,14 @@ def publish(
     hot_shards: int = 0,
     splits: Sequence[tuple[str, int]] = (),
     duplicates: Duplicates | None = None,
-    reload: Callable[[ShardOutcome], ShardOutcome] | None = None,
+    reload: Callable[[Sequence[ShardOutcome]], Iterable[ShardOutcome]] | None = None,
 ) -> Manifest:
     """Write stats, tasks, episodes, info and the sample index from the shard outcomes, then the
     manifest, last.
 
-    ``reload``: given light outcomes (no per-row arrays), returns a shard's full one; the sample
-    index is then written one shard at a time, so memory stays O(shards), not O(samples).
+    ``reload``: given light outcomes (no per-row arrays), yields the full ones in the same order;
+    the sample index is then written one shard at a time, so memory stays O(shards), not
+    O(samples).
 
     The manifest's ``cost`` names the cost kind of ``options.cost`` for ``spec`` and holds
     :func:`~shardfeed.formats.cost.cost_buckets` of every sample's cost; the kind is also
@@ -418,15 +419,17 @@ def _write_sample_index(
     root: str,
     outcomes: Sequence[ShardOutcome],
     encoding: str,
-    reload: Callable[[ShardOutcome], ShardOutcome] | None,
+    reload: Callable[[Sequence[ShardOutcome]], Iterable[ShardOutcome]] | None,
 ) -> SampleIndexWritten:
     """``samples.parquet`` from the outcomes' per-row arrays, one shard at a time."""
     framed = get_encoding(encoding).framed
     names = [COLUMN, COST_COLUMN, *([OFFSET_COLUMN] if framed else [])]
 
     def shards() -> Iterator[dict[str, np.ndarray]]:
-        for light in outcomes:
-            outcome = light if reload is None else reload(light)
+        full = outcomes if reload is None else reload(outcomes)
+        for light, outcome in zip(outcomes, full, strict=True):
+            if outcome.number != light.number:
+                raise ShardfeedError(f"shard {light.number}: reloaded as shard {outcome.number}")
             if outcome.row_bytes is None or outcome.row_cost is None:
                 raise ShardfeedError(f"shard {outcome.number}: no per-row sizes to index")
             if framed and outcome.row_offsets is None:

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from shardfeed.formats.atomic import atomic_write_bytes
+from shardfeed.formats.object_upload import UploadError, put_bytes, upload_file
 
 if TYPE_CHECKING:
     from shardfeed.formats.storage import Location
@@ -175,8 +176,7 @@ class StorePath:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             atomic_write_bytes(self.path, data, durable=durable)
             return
-        with self.filesystem.open_output_stream(self.path, compression=None) as out:
-            out.write(data)
+        put_bytes(self.filesystem, self.path, data)
 
     def unlink(self) -> None:
         """Delete the file if it exists."""
@@ -259,8 +259,6 @@ class StorePath:
         changed on the local disk is never published). Nothing to do for a local directory."""
         if self.filesystem is None:
             return
-        from shardfeed.formats.object_upload import UploadError
-
         for rel, size, sha256 in files:
             sent = (self / rel).upload(os.path.join(root, rel))
             if sent != (size, sha256):
@@ -272,8 +270,6 @@ class StorePath:
 
     def upload(self, local_path: str) -> tuple[int, str]:
         """Send a local file to this key (multipart, hashed while sending); (size, sha256)."""
-        from shardfeed.formats.object_upload import upload_file
-
         if self.filesystem is None:
             raise ValueError(f"{self} is local: move the file instead")
         return upload_file(self.filesystem, local_path, self.path)

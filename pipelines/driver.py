@@ -6,11 +6,13 @@ The summary is built from what the pipeline wrote (shard sidecars and reject par
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -473,20 +475,26 @@ def checked_outcomes(
     return outcomes
 
 
+SIDECAR_THREADS = 16  # sidecar reads in flight: on an object store each is a round trip
+
+
 def _read_outcomes(work: StorePath) -> list[ShardOutcome]:
     """The light outcomes (no per-row arrays) of the sidecars under ``work``: O(shards)."""
     directory = work / "shards"
-    outcomes = []
-    for name in directory.names():
-        if name.endswith(".json") and not name.startswith("."):
-            state = json.loads((directory / name).read_bytes())
-            outcomes.append(ShardOutcome.from_state(state["outcome"], per_row=False))
-    return outcomes
+    names = [n for n in directory.names() if n.endswith(".json") and not n.startswith(".")]
+
+    def light(name: str) -> ShardOutcome:
+        state = json.loads((directory / name).read_bytes())
+        return ShardOutcome.from_state(state["outcome"], per_row=False)
+
+    with ThreadPoolExecutor(SIDECAR_THREADS, thread_name_prefix="shardfeed-sidecars") as pool:
+        return list(pool.map(light, names))
 
 
 class SidecarReload:
-    """Read a shard's full outcome (per-row sizes, costs, offsets) back from its sidecar, for
-    ``publish(..., reload=...)``: the driver holds one shard's arrays at a time."""
+    """Read the shards' full outcomes (per-row sizes, costs, offsets) back from their sidecars,
+    in order, for ``publish(..., reload=...)``: the driver holds the arrays of at most
+    SIDECAR_THREADS shards at a time, read ahead by as many threads."""
 
     def __init__(self) -> None:
         self.graphs: dict[int, GraphConfig] = {}
@@ -496,9 +504,19 @@ class SidecarReload:
         for outcome in outcomes:
             self.graphs[outcome.number] = graph
 
-    def __call__(self, light: ShardOutcome) -> ShardOutcome:
-        sidecar = self.graphs[light.number].sidecar(light.number)
+    def read(self, number: int) -> ShardOutcome:
+        sidecar = self.graphs[number].sidecar(number)
         return ShardOutcome.from_state(json.loads(sidecar.read_bytes())["outcome"])
+
+    def __call__(self, outcomes: Sequence[ShardOutcome]) -> Iterator[ShardOutcome]:
+        with ThreadPoolExecutor(SIDECAR_THREADS, thread_name_prefix="shardfeed-sidecars") as pool:
+            ahead: collections.deque[Future[ShardOutcome]] = collections.deque()
+            for light in outcomes:
+                ahead.append(pool.submit(self.read, light.number))
+                if len(ahead) >= SIDECAR_THREADS:
+                    yield ahead.popleft().result()
+            while ahead:
+                yield ahead.popleft().result()
 
 
 def move_rejects(root: str, work: StorePath, names: list[str]) -> list[FileRecord]:

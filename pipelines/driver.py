@@ -236,6 +236,8 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
     else:
         prepare_destination(dst, config.overwrite)
         graph.work.rmtree()
+    if hot is not None:  # the planning worker reads the weights from the work directory
+        hot = hot.copied_to(graph.work)
     files = source.files()
     pipeline_options = PipelineOptions(list(beam_args))
     clock.mark("open")

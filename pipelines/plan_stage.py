@@ -17,9 +17,11 @@ and the driver raises. Pure planning stays in :mod:`shardfeed.planning.shard_pla
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
 import json
+import os
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +31,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from shardfeed.formats.sources.base import unit_key
-from shardfeed.formats.store_path import StorePath
+from shardfeed.formats.store_path import StorePath, local_scratch
 from shardfeed.formats.unit_table import (
     UNIT_SUFFIX,
     KeyedUnit,
@@ -68,6 +70,29 @@ class HotSettings:
 
     weights: str  # a file of ``key,weight``; keys as ``shardfeed.formats.sources.base.unit_key``
     budget: str
+    #: the driver's copy of ``weights`` in the work directory, which the planning worker reads
+    #: (it may share no path with the driver)
+    copy: StorePath | None = None
+
+    def copied_to(self, work: StorePath) -> HotSettings:
+        """These settings with the weights file copied under ``work``."""
+        copy = work / HOT_WEIGHTS_DIR / os.path.basename(self.weights)
+        with open(self.weights, "rb") as handle:
+            copy.write_bytes(handle.read())
+        return dataclasses.replace(self, copy=copy)
+
+    def load(self) -> dict[str, float]:
+        """``key -> weight``, from the copy when there is one."""
+        if self.copy is None:
+            return load_hot_weights(self.weights)
+        with local_scratch() as scratch:
+            path = os.path.join(scratch, self.copy.name)  # the name keeps its format's suffix
+            with open(path, "wb") as handle:
+                handle.write(self.copy.read_bytes())
+            return load_hot_weights(path)
+
+
+HOT_WEIGHTS_DIR = "hot-weights"  # under the work directory
 
 
 @dataclass(frozen=True)
@@ -176,7 +201,7 @@ def choose_hot(
 ) -> HotChoice:
     """The units with the highest weights whose payload fits the budget (first fit in heat
     order: weight, then smaller, then source order), read from every file's unit table."""
-    weight_of = load_hot_weights(hot.weights)
+    weight_of = hot.load()
     budget = parse_size_or_share(hot.budget, total_bytes)
     candidates: list[
         tuple[str, int, int, int, int, float]

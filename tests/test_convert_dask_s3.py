@@ -37,6 +37,7 @@ cloudpickle = pytest.importorskip("cloudpickle")
 
 PART = 5 * 1024 * 1024  # S3's smallest part: every shard here is sent in two or three parts
 CONVERT = ["--target-shard-size", "9MB", "--row-group-size", "1MB", "--shuffle-seed", "7"]
+HOT = ["--hot-budget", "9MB"]  # one hot shard; the weights file is in a directory of the driver's
 AWS = {
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing",
@@ -72,10 +73,20 @@ def corpus(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def reference(corpus, tmp_path_factory):
+def weights(tmp_path_factory) -> str:
+    """Hot weights for the records of part-0 and part-1, a file only the driver can see."""
+    path = tmp_path_factory.mktemp("driver-only") / "weights.csv"
+    rows = [f"part-{i % 2}.jsonl#line:{i // 2 + 1},{1 + i % 11}" for i in range(2000)]
+    path.write_text("key,weight\n" + "\n".join(rows) + "\n")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def reference(corpus, weights, tmp_path_factory):
     """The same conversion into a local directory, in this process (DirectRunner)."""
     dst = tmp_path_factory.mktemp("ref") / "ds"
-    assert main(["convert", str(corpus), str(dst), *CONVERT]) == 0
+    assert main(["convert", str(corpus), str(dst), *CONVERT, *HOT, "--hot-weights", weights]) == 0
+    assert open_dataset(dst).manifest.hot_shards == 1
     return _local_tree(dst)
 
 
@@ -134,8 +145,9 @@ def cluster(tmp_path_factory, aws_env):
         yield cluster, private
 
 
-def _convert(src: str, dst: str, address: str, *extra: str) -> int:
-    return main(["convert", src, dst, *CONVERT, "--dask-address", address, *extra])
+def _convert(src: str, dst: str, address: str, weights: str, *extra: str) -> int:
+    hot = [*HOT, "--hot-weights", weights]
+    return main(["convert", src, dst, *CONVERT, *hot, "--dask-address", address, *extra])
 
 
 def _local_tree(root) -> dict[str, bytes]:
@@ -196,7 +208,7 @@ def _client(address: str):
 
 
 def test_workers_write_straight_to_s3_and_the_driver_sends_only_meta(
-    s3, s3_corpus, reference, cluster, proxy, tmp_path_factory, capsys
+    s3, s3_corpus, weights, reference, cluster, proxy, tmp_path_factory, capsys
 ):
     fs = s3[0]
     cluster, private = cluster
@@ -207,7 +219,10 @@ def test_workers_write_straight_to_s3_and_the_driver_sends_only_meta(
             dask_dirs = tuple(os.path.join(p, "dask") for p in private.values())
             client.run(_watch_paths, root, private[name], dask_dirs, workers=[worker])
     proxy.clear()
-    assert _convert(s3_corpus, "s3://bucket/dask/ds", cluster.scheduler_address, "--json") == 0
+    assert (
+        _convert(s3_corpus, "s3://bucket/dask/ds", cluster.scheduler_address, weights, "--json")
+        == 0
+    )
     summary = json.loads(capsys.readouterr().out)
     assert summary["samples_out"] == 3000 and summary["shards"] >= 2
 
@@ -223,6 +238,10 @@ def test_workers_write_straight_to_s3_and_the_driver_sends_only_meta(
         r for r in proxy.requests if r.method in ("PUT", "POST") and r.sent and r.query != "delete"
     ]
     driver = [r for r in writes if r.from_driver]
+    inputs = [r for r in driver if r.key.startswith("dask/ds/.shardfeed-work/")]
+    # besides meta/, the driver sends only the one input the workers cannot reach: the weights
+    assert [r.key for r in inputs] == ["dask/ds/.shardfeed-work/hot-weights/weights.csv"]
+    driver = [r for r in driver if r not in inputs]
     assert driver and all(r.key.startswith("dask/ds/meta/") for r in driver)
     assert driver[-1].key == f"dask/ds/{MANIFEST_PATH}"
     worker_keys = {r.key for r in writes if not r.from_driver}
@@ -233,7 +252,8 @@ def test_workers_write_straight_to_s3_and_the_driver_sends_only_meta(
     multipart = {r.key for r in parts if r.key.startswith("dask/ds/data/")}
     assert multipart == {f"dask/ds/{k}" for k in shards}  # every shard is over one part
 
-    # no worker touched a path of the driver's (the corpus, the reference, the other worker)
+    # no worker touched a path of the driver's (the corpus, the weights file, the reference, the
+    # other worker's directory)
     with _client(cluster.scheduler_address) as client:
         logs = client.run(_path_log)
     assert [log["outside"] for log in logs.values()] == [[], []]
@@ -241,14 +261,14 @@ def test_workers_write_straight_to_s3_and_the_driver_sends_only_meta(
     assert len(built) >= len(shards)  # each shard was built in its worker's own TMPDIR
 
 
-def test_multipart_shards_carry_their_sha256(s3, s3_corpus, reference, cluster):
+def test_multipart_shards_carry_their_sha256(s3, s3_corpus, weights, reference, cluster):
     """The shards of the previous run went up in parts (ETag ``...-N``); each object's bytes hash
     to the manifest's sha256."""
     fs = s3[0]
     cluster, _ = cluster
     dst = "s3://bucket/dask/ds"
     if MANIFEST_PATH not in _tree(fs, "dask/ds"):
-        assert _convert(s3_corpus, dst, cluster.scheduler_address) == 0
+        assert _convert(s3_corpus, dst, cluster.scheduler_address, weights) == 0
     client = object_upload._s3_client(fs)
     manifest = open_dataset(dst).manifest
     shards = manifest.shards
@@ -280,12 +300,14 @@ def _kill_on_part(proxy: RecordingProxy, times: int) -> list[int]:
     return killed
 
 
-def test_a_worker_killed_while_uploading_is_ridden_out(s3, s3_corpus, reference, cluster, proxy):
+def test_a_worker_killed_while_uploading_is_ridden_out(
+    s3, s3_corpus, weights, reference, cluster, proxy
+):
     fs = s3[0]
     cluster, _ = cluster
     killed = _kill_on_part(proxy, times=1)
     try:
-        assert _convert(s3_corpus, "s3://bucket/killed/ds", cluster.scheduler_address) == 0
+        assert _convert(s3_corpus, "s3://bucket/killed/ds", cluster.scheduler_address, weights) == 0
     finally:
         proxy.hook = None
     assert len(killed) == 1
@@ -294,7 +316,7 @@ def test_a_worker_killed_while_uploading_is_ridden_out(s3, s3_corpus, reference,
 
 
 def test_a_run_failed_by_a_killed_uploader_is_completed_by_the_next(
-    s3, s3_corpus, reference, proxy, aws_env, tmp_path_factory, capsys
+    s3, s3_corpus, weights, reference, proxy, aws_env, tmp_path_factory, capsys
 ):
     """With no task retries, killing an uploading worker fails the run: no manifest is
     published, the half-sent upload stays; the next run (no ``--overwrite``) takes DST over and
@@ -304,7 +326,10 @@ def test_a_run_failed_by_a_killed_uploader_is_completed_by_the_next(
     with cluster:
         killed = _kill_on_part(proxy, times=1)
         try:
-            assert _convert(s3_corpus, "s3://bucket/failed/ds", cluster.scheduler_address) == 1
+            assert (
+                _convert(s3_corpus, "s3://bucket/failed/ds", cluster.scheduler_address, weights)
+                == 1
+            )
         finally:
             proxy.hook = None
         assert len(killed) == 1
@@ -313,6 +338,6 @@ def test_a_run_failed_by_a_killed_uploader_is_completed_by_the_next(
         left = _tree(fs, "failed/ds")
         assert MANIFEST_PATH not in left and any(k.startswith(".shardfeed-work/") for k in left)
         assert _multipart_uploads(fs, "failed/")  # the killed worker's, never completed
-        assert _convert(s3_corpus, "s3://bucket/failed/ds", cluster.scheduler_address) == 0
+        assert _convert(s3_corpus, "s3://bucket/failed/ds", cluster.scheduler_address, weights) == 0
     assert _tree(fs, "failed/ds") == reference
     assert _multipart_uploads(fs, "failed/") == []

@@ -107,3 +107,18 @@ def test_plan_classes_never_mixes_hot_and_rest():
     assert all(plan.shard_of[t.bucket] >= hot_shards for t in rest)
     assert max_over_mean(plan.bytes[:hot_shards]) <= 1.05
     assert max_over_mean(plan.bytes[hot_shards:]) <= 1.02
+
+
+def test_the_planning_worker_reads_the_weights_from_the_work_directory(tmp_path):
+    """The driver copies the weights file into the work directory, so a worker sharing no path
+    with the driver plans from the copy (here the original is gone before the plan reads it)."""
+    from shardfeed.formats.store_path import StorePath
+    from shardfeed.pipelines.plan_stage import HotSettings
+
+    original = tmp_path / "driver" / "w.csv"
+    original.parent.mkdir()
+    original.write_text("key,weight\npart-0.jsonl#line:1,2.5\npart-1.jsonl#line:3,1\n")
+    settings = HotSettings(str(original), "10%").copied_to(StorePath(str(tmp_path / "work")))
+    original.unlink()
+    assert settings.copy is not None and settings.copy.exists()
+    assert settings.load() == {"part-0.jsonl#line:1": 2.5, "part-1.jsonl#line:3": 1.0}

@@ -14,8 +14,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, BinaryIO
 
 import pyarrow.fs as pafs
 
@@ -46,27 +46,71 @@ def part_size() -> int:
     return value
 
 
-def upload_file(filesystem: pafs.FileSystem, local_path: str, key: str) -> tuple[int, str]:
+class SendMismatchError(UploadError):
+    """The bytes read for an object differ from the size and sha256 they were expected to have;
+    nothing was published under its key (on S3) or the key was deleted again (elsewhere)."""
+
+
+def upload_file(
+    filesystem: pafs.FileSystem,
+    local_path: str,
+    key: str,
+    expect: tuple[int, str] | None = None,
+) -> tuple[int, str]:
     """Send ``local_path`` to ``key`` (``bucket/path``) on ``filesystem``; (size, sha256) of the
-    bytes sent."""
-    size = os.path.getsize(local_path)
-    client = _s3_client(filesystem)
+    bytes sent. ``expect``: the (size, sha256) the bytes must have (see :func:`send`)."""
+    with open(local_path, "rb") as source:
+        return send(filesystem, source, key, os.path.getsize(local_path), expect, what=local_path)
+
+
+def send(
+    filesystem: pafs.FileSystem,
+    reader: BinaryIO,
+    key: str,
+    size: int,
+    expect: tuple[int, str] | None = None,
+    *,
+    what: str = "",
+    progress: Callable[[int], None] | None = None,
+) -> tuple[int, str]:
+    """Stream ``reader`` (``size`` bytes) to ``key``, hashing every chunk; (size, sha256) sent.
+
+    With ``expect``, bytes that do not match it raise :class:`SendMismatchError`: on S3 before the
+    object exists (the single PUT is not made, the multipart upload is aborted instead of
+    completed), on other stores after, the key then deleted. ``progress(n)`` hears every chunk."""
+    client = s3_client(filesystem)
     if client is not None:
-        return _upload_s3(client, local_path, key, size)
+        return _send_s3(client, reader, key, size, expect, what or key, progress)
     digest = hashlib.sha256()
     sent = 0
-    with open(local_path, "rb") as source, filesystem.open_output_stream(key) as out:
-        while chunk := source.read(_READ):
-            digest.update(chunk)
-            out.write(chunk)
-            sent += len(chunk)
+    try:
+        with filesystem.open_output_stream(key) as out:
+            while chunk := reader.read(_READ):
+                digest.update(chunk)
+                out.write(chunk)
+                sent += len(chunk)
+                if progress is not None:
+                    progress(len(chunk))
+        _check(expect, sent, digest.hexdigest(), what or key)
+    except SendMismatchError:
+        with contextlib.suppress(OSError):
+            filesystem.delete_file(key)
+        raise
     return sent, digest.hexdigest()
+
+
+def _check(expect: tuple[int, str] | None, sent: int, sha256: str, what: str) -> None:
+    if expect is not None and (sent, sha256) != tuple(expect):
+        raise SendMismatchError(
+            f"{what}: read {sent} bytes with sha256 {sha256[:16]}…, expected {expect[0]} bytes, "
+            f"{expect[1][:16]}…; nothing was published under its name"
+        )
 
 
 def put_bytes(filesystem: pafs.FileSystem, key: str, data: bytes) -> None:
     """Write ``data`` to ``key`` as a whole: one PUT on S3 (pyarrow's stream would start a
     multipart upload, three requests, for a small work file), a pyarrow stream elsewhere."""
-    client = _s3_client(filesystem)
+    client = s3_client(filesystem)
     if client is not None:
         bucket, _, name = key.partition("/")
         client.put_object(Bucket=bucket, Key=name, Body=data)
@@ -75,45 +119,71 @@ def put_bytes(filesystem: pafs.FileSystem, key: str, data: bytes) -> None:
         out.write(data)
 
 
-def _upload_s3(client: Any, local_path: str, key: str, size: int) -> tuple[int, str]:
+def _read_full(reader: BinaryIO, n: int) -> bytes:
+    """Up to ``n`` bytes: fewer only at the end of the stream (a raw read may return less)."""
+    chunks, held = [], 0
+    while held < n:
+        chunk = reader.read(min(_READ, n - held))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        held += len(chunk)
+    return b"".join(chunks)
+
+
+def _send_s3(
+    client: Any,
+    reader: BinaryIO,
+    key: str,
+    size: int,
+    expect: tuple[int, str] | None,
+    what: str,
+    progress: Callable[[int], None] | None,
+) -> tuple[int, str]:
     bucket, _, name = key.partition("/")
     part = max(part_size(), -(-size // MAX_PARTS))
     digest = hashlib.sha256()
-    with open(local_path, "rb") as source:
-        if size <= part:  # one request
-            body = source.read()
-            digest.update(body)
-            client.put_object(Bucket=bucket, Key=name, Body=body)
-            return len(body), digest.hexdigest()
-        upload = client.create_multipart_upload(Bucket=bucket, Key=name)["UploadId"]
-        try:
-            parts, sent = [], 0
-            while body := source.read(part):
-                digest.update(body)
-                number = len(parts) + 1
-                answer = client.upload_part(
-                    Bucket=bucket, Key=name, UploadId=upload, PartNumber=number, Body=body
-                )
-                parts.append({"ETag": answer["ETag"], "PartNumber": number})
-                sent += len(body)
-            if sent != size:
-                raise UploadError(
-                    f"{local_path} changed while it was sent ({sent} of {size} bytes)"
-                )
-            client.complete_multipart_upload(
-                Bucket=bucket, Key=name, UploadId=upload, MultipartUpload={"Parts": parts}
+    body = _read_full(reader, part)
+    digest.update(body)
+    if len(body) < part:  # the whole object: one request, made only once it checked out
+        _check(expect, len(body), digest.hexdigest(), what)
+        client.put_object(Bucket=bucket, Key=name, Body=body)
+        if progress is not None:
+            progress(len(body))
+        return len(body), digest.hexdigest()
+    upload = client.create_multipart_upload(Bucket=bucket, Key=name)["UploadId"]
+    try:
+        parts, sent = [], 0
+        while body:
+            number = len(parts) + 1
+            if number > MAX_PARTS:
+                raise UploadError(f"{what}: more than {MAX_PARTS} parts of {part} bytes")
+            answer = client.upload_part(
+                Bucket=bucket, Key=name, UploadId=upload, PartNumber=number, Body=body
             )
-        except BaseException:
-            with contextlib.suppress(Exception):
-                client.abort_multipart_upload(Bucket=bucket, Key=name, UploadId=upload)
-            raise
+            parts.append({"ETag": answer["ETag"], "PartNumber": number})
+            sent += len(body)
+            if progress is not None:
+                progress(len(body))
+            body = _read_full(reader, part)
+            digest.update(body)
+        _check(expect, sent, digest.hexdigest(), what)
+        if expect is None and sent != size:
+            raise UploadError(f"{what} changed while it was sent ({sent} of {size} bytes)")
+        client.complete_multipart_upload(
+            Bucket=bucket, Key=name, UploadId=upload, MultipartUpload={"Parts": parts}
+        )
+    except BaseException:
+        with contextlib.suppress(Exception):
+            client.abort_multipart_upload(Bucket=bucket, Key=name, UploadId=upload)
+        raise
     return sent, digest.hexdigest()
 
 
 def abort_stale_uploads(filesystem: pafs.FileSystem, prefix: str) -> int:
     """Abort unfinished multipart uploads under ``prefix`` (``bucket/path``) that a killed worker
     left (their parts are billed but never seen); returns how many. Nothing to do elsewhere."""
-    client = _s3_client(filesystem)
+    client = s3_client(filesystem)
     if client is None:
         return 0
     bucket, _, name = prefix.partition("/")
@@ -136,7 +206,7 @@ def _uploads(client: Any, bucket: str, prefix: str) -> Iterator[dict]:
 _CLIENTS: dict[tuple, Any] = {}
 
 
-def _s3_client(filesystem: pafs.FileSystem) -> Any | None:
+def s3_client(filesystem: pafs.FileSystem) -> Any | None:
     """A boto3 client speaking to the same S3 endpoint, region and credentials as
     ``filesystem`` (one per process and setting), or None for another store or without boto3."""
     if not isinstance(filesystem, pafs.S3FileSystem):

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from shardfeed.formats.atomic import atomic_write_bytes
-from shardfeed.formats.object_upload import UploadError, put_bytes, upload_file
+from shardfeed.formats.object_upload import put_bytes, upload_file
 
 if TYPE_CHECKING:
     from shardfeed.formats.storage import Location
@@ -255,24 +255,20 @@ class StorePath:
 
     def land(self, root: str, files: Sequence[tuple[str, int, str]]) -> None:
         """Send files built under ``staged_root``'s ``root`` to their keys under this directory:
-        ``(relative path, size, sha256)`` each, checked against the bytes sent (a file that
-        changed on the local disk is never published). Nothing to do for a local directory."""
+        ``(relative path, size, sha256)`` each, checked against the bytes as they are sent (a
+        file that changed on the local disk is never published:
+        :class:`~shardfeed.formats.object_upload.SendMismatchError`). Nothing to do locally."""
         if self.filesystem is None:
             return
         for rel, size, sha256 in files:
-            sent = (self / rel).upload(os.path.join(root, rel))
-            if sent != (size, sha256):
-                (self / rel).unlink()
-                raise UploadError(
-                    f"{self / rel}: sent {sent[0]} bytes with sha256 {sent[1][:16]}…, but the "
-                    f"file was written as {size} bytes, {sha256[:16]}…; the local copy changed"
-                )
+            (self / rel).upload(os.path.join(root, rel), expect=(size, sha256))
 
-    def upload(self, local_path: str) -> tuple[int, str]:
-        """Send a local file to this key (multipart, hashed while sending); (size, sha256)."""
+    def upload(self, local_path: str, expect: tuple[int, str] | None = None) -> tuple[int, str]:
+        """Send a local file to this key (multipart, hashed while sending); (size, sha256).
+        ``expect``: the (size, sha256) the bytes must have to be published."""
         if self.filesystem is None:
             raise ValueError(f"{self} is local: move the file instead")
-        return upload_file(self.filesystem, local_path, self.path)
+        return upload_file(self.filesystem, local_path, self.path, expect)
 
 
 @contextlib.contextmanager

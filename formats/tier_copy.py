@@ -2,8 +2,9 @@
 
 What users know from rclone (``.partial`` plus checksum) and Beam sinks (temp, then rename): a
 file under its final name is always whole and verified. On a local tier the temporary file sits
-next to the target and ``os.replace`` publishes it; on an object store the bytes go to a
-temporary key, which a server-side move publishes once the hash matched. The copy is never read
+next to the target and ``os.replace`` publishes it; on S3 the bytes stream to the final key as a
+multipart upload completed only once the hash matched (``object_upload.send``); on other object
+stores they go to a temporary key, which a server-side move publishes once the hash matched. The copy is never read
 back: the hash is computed on the bytes as they are copied. Local to local, the kernel copies
 each chunk (``copy_file_range``, no trip through user space) and the hash reads that chunk's
 pages from the page cache the copy just filled; elsewhere each chunk is read, hashed, written.
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 import pyarrow.fs as pafs
 
 from shardfeed.formats.atomic import fsync_dir, is_temp_name, temp_name
+from shardfeed.formats.object_upload import SendMismatchError, s3_client, send
 from shardfeed.formats.storage import Location
 from shardfeed.schemas.errors import ShardfeedError
 
@@ -89,6 +91,9 @@ def copy_file(
     match. ``before_write(temp_path, size)`` may prepare the local temporary file (Lustre
     striping creates it with a layout); ``progress(n)`` hears every chunk."""
     final = target.path(rel)
+    if not target.is_local and s3_client(target.filesystem) is not None:
+        _send_to_s3(source, target, rel, size, sha256, progress)
+        return
     temp = temp_name(final)
     if target.is_local:
         os.makedirs(os.path.dirname(final) or ".", exist_ok=True)
@@ -117,6 +122,28 @@ def copy_file(
     except BaseException:
         _remove(target, temp)
         raise
+
+
+def _send_to_s3(
+    source: Location,
+    target: Target,
+    rel: str,
+    size: int,
+    sha256: str,
+    progress: Callable[[int], None] | None,
+) -> None:
+    """Stream ``rel`` to its final key on S3, hashed while sent: the object appears only once
+    the bytes matched (a multipart upload completed, or a single PUT made, after the check), so
+    no temporary key and no server-side copy, whose 5 GiB limit a video file can pass."""
+    try:
+        with _open_input(source, rel) as reader:
+            send(
+                target.filesystem, reader, target.path(rel), size, (size, sha256), progress=progress
+            )
+    except SendMismatchError as err:
+        raise CopyMismatchError(
+            f"{source.display}/{rel}: {err}; the source changed or is corrupt"
+        ) from None
 
 
 def _copy_in_kernel(

@@ -171,7 +171,7 @@ def _tree(fs: pafs.FileSystem, prefix: str) -> dict[str, bytes]:
 
 
 def _multipart_uploads(fs: pafs.FileSystem, prefix: str) -> list:
-    client = object_upload._s3_client(fs)
+    client = object_upload.s3_client(fs)
     return client.list_multipart_uploads(Bucket="bucket", Prefix=prefix).get("Uploads", [])
 
 
@@ -269,7 +269,7 @@ def test_multipart_shards_carry_their_sha256(s3, s3_corpus, weights, reference, 
     dst = "s3://bucket/dask/ds"
     if MANIFEST_PATH not in _tree(fs, "dask/ds"):
         assert _convert(s3_corpus, dst, cluster.scheduler_address, weights) == 0
-    client = object_upload._s3_client(fs)
+    client = object_upload.s3_client(fs)
     manifest = open_dataset(dst).manifest
     shards = manifest.shards
     assert shards

@@ -238,10 +238,10 @@ def test_failed_publish_leaves_no_manifest_and_a_rerun_completes(
     fs = endpoint
     real_upload = StorePath.upload
 
-    def fail_on_manifest(self, local_path):
+    def fail_on_manifest(self, local_path, expect=None):
         if self.path.endswith(MANIFEST_PATH):
             raise OSError("simulated crash before the manifest upload")
-        return real_upload(self, local_path)
+        return real_upload(self, local_path, expect)
 
     monkeypatch.setattr(StorePath, "upload", fail_on_manifest)
     assert _convert(str(corpus), "s3://bucket/crash", tmp_path) == 1
@@ -251,7 +251,7 @@ def test_failed_publish_leaves_no_manifest_and_a_rerun_completes(
     with pytest.raises(IncompleteDatasetError):
         open_dataset("s3://bucket/crash")
     # a killed worker's unfinished multipart upload and a stale shard of another plan go
-    client = object_upload._s3_client(fs)
+    client = object_upload.s3_client(fs)
     client.create_multipart_upload(Bucket="bucket", Key="crash/data/chunk-000/file-000.parquet")
     with fs.open_output_stream("bucket/crash/data/chunk-000/file-999.parquet") as out:
         out.write(b"stale")
@@ -321,11 +321,11 @@ def _record_uploads(monkeypatch) -> list[str]:
     sent: list[str] = []
     real = StorePath.upload
 
-    def record(self, local_path):
+    def record(self, local_path, expect=None):
         rel = self.path.split("/", 2)[2]
         if not rel.startswith(".shardfeed-work/"):
             sent.append(rel)
-        return real(self, local_path)
+        return real(self, local_path, expect)
 
     monkeypatch.setattr(StorePath, "upload", record)
     return sent

@@ -89,7 +89,10 @@ def read_tree() -> Callable[[str | os.PathLike[str]], dict[str, bytes]]:
 
 @pytest.fixture(scope="module")
 def s3():
-    """A moto S3 server on loopback with a bucket named ``bucket``: ``(filesystem, host:port)``."""
+    """A moto S3 server on loopback with a bucket named ``bucket``: ``(filesystem, host:port)``.
+
+    moto keeps its buckets per process, so every module's server sees the same objects: each
+    test module writes under prefixes of its own."""
     moto_server = pytest.importorskip("moto.server")
     import pyarrow.fs as pafs
 

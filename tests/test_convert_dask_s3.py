@@ -110,9 +110,9 @@ def s3_corpus(s3, corpus, aws_env):
     """SRC on S3 only: the workers never see the local copy it was sent from."""
     fs = s3[0]
     pafs.copy_files(
-        str(corpus), "bucket/src/corpus", pafs.LocalFileSystem(), destination_filesystem=fs
+        str(corpus), "bucket/dask-src/corpus", pafs.LocalFileSystem(), destination_filesystem=fs
     )
-    return "s3://bucket/src/corpus"
+    return "s3://bucket/dask-src/corpus"
 
 
 def _cluster(tmp_path_factory, aws_env: dict[str, str], allowed_failures: int):

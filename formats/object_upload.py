@@ -19,6 +19,7 @@ from typing import Any, BinaryIO
 
 import pyarrow.fs as pafs
 
+from shardfeed.formats.retrying_fs import unwrap
 from shardfeed.schemas.errors import ShardfeedError
 
 PART_SIZE_ENV = "SHARDFEED_S3_PART_SIZE"
@@ -209,6 +210,7 @@ _CLIENTS: dict[tuple, Any] = {}
 def s3_client(filesystem: pafs.FileSystem) -> Any | None:
     """A boto3 client speaking to the same S3 endpoint, region and credentials as
     ``filesystem`` (one per process and setting), or None for another store or without boto3."""
+    filesystem = unwrap(filesystem)
     if not isinstance(filesystem, pafs.S3FileSystem):
         return None
     try:

@@ -31,6 +31,7 @@ from shardfeed.formats.columns import column_to_numpy
 from shardfeed.formats.encoding import ShardContext, ShardFile, get_encoding
 from shardfeed.formats.errors import CorruptShardError, IncompleteDatasetError
 from shardfeed.formats.layout import INFO_PATH
+from shardfeed.formats.retry import ObjectStoreIOError
 from shardfeed.formats.storage import Location, locate
 from shardfeed.schemas.errors import SchemaError, ShardfeedError
 from shardfeed.schemas.features import FeatureSpec
@@ -522,6 +523,8 @@ class Dataset:
         record = self.shards[shard]
         try:
             shard_file = self._encoding.open(source, self._context(shard))
+        except ObjectStoreIOError:
+            raise  # the store never answered: an I/O error, not a corrupt shard
         except (OSError, ValueError, pa.ArrowException) as err:
             raise CorruptShardError(f"{record.path}: unreadable shard footer: {err}") from None
         if (
@@ -538,6 +541,8 @@ class Dataset:
         if record.footer_sha256 is not None:
             try:
                 footer = shard_file.footer_sha256()
+            except ObjectStoreIOError:
+                raise
             except (OSError, ValueError, pa.ArrowException) as err:
                 raise CorruptShardError(f"{record.path}: unreadable shard footer: {err}") from None
             if footer != record.footer_sha256:

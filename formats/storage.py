@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 import pyarrow.fs as pafs
 
+from shardfeed.formats.retrying_fs import retrying
 from shardfeed.schemas.errors import ShardfeedError
 from shardfeed.schemas.paths import check_relative_path, resolve_within
 
@@ -247,9 +248,10 @@ def locate(uri: str | os.PathLike[str], filesystem: pafs.FileSystem | None = Non
     text = os.fspath(uri)
     if filesystem is not None:
         root = text.split("://", 1)[-1].rstrip("/")
-        return Location(filesystem, root, isinstance(filesystem, pafs.LocalFileSystem), text)
+        local = isinstance(filesystem, pafs.LocalFileSystem)
+        return Location(retrying(filesystem), root, local, text)
     if "://" in text and not text.startswith("file://"):
         fs, root = pafs.FileSystem.from_uri(text)
-        return Location(fs, root.rstrip("/"), False, text)
+        return Location(retrying(fs), root.rstrip("/"), False, text)
     local = text[len("file://") :] if text.startswith("file://") else text
     return Location(pafs.LocalFileSystem(), os.path.abspath(local), True, text)

@@ -25,6 +25,7 @@ import pyarrow.fs as pafs
 
 from shardfeed.formats.atomic import atomic_write_bytes
 from shardfeed.formats.object_upload import put_bytes, upload_file
+from shardfeed.formats.retrying_fs import retrying, unwrap
 
 if TYPE_CHECKING:
     from shardfeed.formats.storage import Location
@@ -49,13 +50,13 @@ class StorePath:
         text = os.fspath(uri)
         if is_remote(text):
             filesystem, path = pafs.FileSystem.from_uri(text)
-            return cls(path.rstrip("/"), filesystem)
+            return cls(path.rstrip("/"), retrying(filesystem))
         return cls(os.path.abspath(text.removeprefix("file://")))
 
     @classmethod
     def at(cls, location: Location) -> StorePath:
         """The root of a dataset :class:`~shardfeed.formats.storage.Location`."""
-        return cls(location.root, None if location.is_local else location.filesystem)
+        return cls(location.root, None if location.is_local else retrying(location.filesystem))
 
     @property
     def is_local(self) -> bool:
@@ -82,10 +83,10 @@ class StorePath:
     def __str__(self) -> str:
         if self.filesystem is None:
             return self.path
-        return f"{self.filesystem.type_name}://{self.path}"
+        return f"{unwrap(self.filesystem).type_name}://{self.path}"
 
     def __hash__(self) -> int:  # a pyarrow filesystem is not hashable; equal paths hash alike
-        return hash((self.path, None if self.filesystem is None else self.filesystem.type_name))
+        return hash((self.path, None if self.filesystem is None else str(self)))
 
     # --- reading -------------------------------------------------------------------------
 

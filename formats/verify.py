@@ -20,6 +20,7 @@ from shardfeed.formats.atomic import is_temp_name
 from shardfeed.formats.encoding import ShardContext, get_encoding
 from shardfeed.formats.layout import LISTED_DIRS
 from shardfeed.formats.reader import load_manifest
+from shardfeed.formats.retry import ObjectStoreIOError
 from shardfeed.formats.sample_index import (
     SampleIndexError,
     _check_shard_sums,
@@ -48,6 +49,7 @@ PROBLEM_KINDS = (
     "framing",
     "index",
     "fingerprint",
+    "io",  # an object-store read that still failed after its retries: nothing is known wrong
 )
 _READ_CHUNK = 8 << 20
 
@@ -60,6 +62,12 @@ class Problem:
 
     def __str__(self) -> str:
         return f"{self.path}: {self.kind}: {self.detail}"
+
+
+def _unreadable(path: str, err: BaseException) -> Problem:
+    """A read that failed: ``io`` when the object store never answered (after its retries),
+    ``unreadable`` when bytes arrived and could not be read as what they should be."""
+    return Problem(path, "io" if isinstance(err, ObjectStoreIOError) else "unreadable", str(err))
 
 
 @dataclass
@@ -195,7 +203,7 @@ def _check_assignments(
             if header.name != name:
                 raise ShardfeedError(f"{rel} names itself {header.name!r}")
         except (OSError, ShardfeedError) as err:
-            report.problems.append(Problem(rel, "unreadable", str(err)))
+            report.problems.append(_unreadable(rel, err))
             continue
         if header.dataset != ref:
             report.problems.append(
@@ -232,20 +240,25 @@ def _check_file(
     except UnsafePathError as err:
         report.problems.append(Problem(rel, "unsafe", err.message))
         return False
-    info = location.filesystem.get_file_info(path)
-    if info.type == pafs.FileType.NotFound:
-        report.problems.append(Problem(rel, "missing", "listed in the manifest but absent"))
-        return False
-    if info.size != size:
-        report.problems.append(
-            Problem(rel, "size", f"{info.size} bytes on disk, manifest says {size}")
-        )
+    try:
+        info = location.filesystem.get_file_info(path)
+        if info.type == pafs.FileType.NotFound:
+            report.problems.append(Problem(rel, "missing", "listed in the manifest but absent"))
+            return False
+        if info.size != size:
+            report.problems.append(
+                Problem(rel, "size", f"{info.size} bytes on disk, manifest says {size}")
+            )
+            return False
+        digest = hashlib.sha256()
+        if check_hashes:
+            with location.filesystem.open_input_stream(path, compression=None) as stream:
+                while chunk := stream.read(_READ_CHUNK):
+                    digest.update(chunk)
+    except ObjectStoreIOError as err:  # the store never answered: not a wrong file
+        report.problems.append(_unreadable(rel, err))
         return False
     if check_hashes:
-        digest = hashlib.sha256()
-        with location.filesystem.open_input_stream(path, compression=None) as stream:
-            while chunk := stream.read(_READ_CHUNK):
-                digest.update(chunk)
         report.bytes_hashed += size
         if digest.hexdigest() != sha256:
             report.problems.append(
@@ -286,7 +299,7 @@ def _check_rows(
         framing = opened.check_framing() if check_framing and encoding.framed else []
         footer = opened.footer_sha256() if shard.footer_sha256 is not None else None
     except (OSError, ValueError, pa.ArrowException, ShardfeedError) as err:
-        report.problems.append(Problem(shard.path, "unreadable", str(err)))
+        report.problems.append(_unreadable(shard.path, err))
         return
     if footer != shard.footer_sha256:  # what the reader checks on open, without hashing
         report.problems.append(
@@ -318,7 +331,7 @@ def _check_sample_index_rows(location: Location, num_samples: int, report: Verif
             with location.open_input(SAMPLE_INDEX_PATH) as handle:
                 rows = pq.read_metadata(handle).num_rows
     except (OSError, ValueError, pa.ArrowException) as err:
-        report.problems.append(Problem(SAMPLE_INDEX_PATH, "unreadable", str(err)))
+        report.problems.append(_unreadable(SAMPLE_INDEX_PATH, err))
         return False
     if rows != num_samples:
         report.problems.append(
@@ -367,6 +380,6 @@ def _check_sample_sums(location: Location, manifest: Manifest, report: VerifyRep
         _check_shard_sums(sizes, manifest, SAMPLE_INDEX_PATH)
         _check_row_group_cuts(sizes, manifest, report)
     except (OSError, ValueError, KeyError, pa.ArrowException) as err:
-        report.problems.append(Problem(SAMPLE_INDEX_PATH, "unreadable", str(err)))
+        report.problems.append(_unreadable(SAMPLE_INDEX_PATH, err))
     except SampleIndexError as err:
         report.problems.append(Problem(SAMPLE_INDEX_PATH, "index", str(err)))

@@ -11,11 +11,29 @@ from __future__ import annotations
 import http.client
 import http.server
 import os
+import socket
 import socketserver
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
+
+ERROR_BODY = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>%s</Code><Message>%s</Message>'
+    b"<RequestId>0</RequestId></Error>"
+)
+#: faults answered by the proxy itself: (status, S3 error code, message)
+ERRORS = {
+    "slowdown": (503, b"SlowDown", b"Please reduce your request rate."),
+    "internal": (500, b"InternalError", b"We encountered an internal error. Please try again."),
+    "throttle": (429, b"TooManyRequests", b"Too many requests."),
+}
+#: every fault the proxy injects: the errors above; connections dropped before the request is
+#: forwarded and after it reached the store; a body cut off midway; an answer slower than
+#: SLOW_SECONDS; a CompleteMultipartUpload answered 200 with an error body
+FAULTS = (*ERRORS, "drop_before", "drop_after", "truncate", "slow", "complete_200_error")
+SLOW_SECONDS = 3.0
 
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "te", "trailer"}
 
@@ -83,13 +101,15 @@ def client_pid(port: int) -> int | None:
 class RecordingProxy:
     """Forwards to ``upstream`` (``host:port``); ``requests`` lists what went through.
 
-    ``hook``, when set, sees each request and the client's port first; when it returns False the
-    request is not forwarded and the connection is closed without an answer."""
+    ``hook``, when set, sees each request and the client's port first. It returns True (or None)
+    to forward the request, False to close the connection without forwarding it, or the name of
+    a fault of :data:`FAULTS` to inject instead."""
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream
         self.requests: list[Request] = []
-        self.hook: Callable[[Request, int], bool] | None = None
+        self.hook: Callable[[Request, int], bool | str | None] | None = None
+        self.injected: list[tuple[str, Request]] = []
         self._lock = threading.Lock()
         self._server = _Server(("127.0.0.1", 0), _handler(self))
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -155,14 +175,30 @@ def _handler(proxy: RecordingProxy) -> type[http.server.BaseHTTPRequestHandler]:
             key = unquote(parts.path).lstrip("/").partition("/")[2]
             request = Request(self.command, key, parts.query, len(body), self.from_driver)
             proxy.record(request)
-            if proxy.hook is not None and not proxy.hook(request, self.client_address[1]):
-                self.close_connection = True
-                return
+            action = None if proxy.hook is None else proxy.hook(request, self.client_address[1])
+            if action is False:
+                action = "drop_before"
+            if isinstance(action, str):
+                with proxy._lock:
+                    proxy.injected.append((action, request))
+                if action in ERRORS:
+                    self._answer_error(*ERRORS[action])
+                    return
+                if action == "drop_before":
+                    self.close_connection = True
+                    return
+                if action == "slow":
+                    time.sleep(SLOW_SECONDS)
             headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
             headers["Content-Length"] = str(len(body))
             self.upstream.request(self.command, self.path, body=body, headers=headers)
             response = self.upstream.getresponse()
             data = response.read()
+            if action == "drop_after":  # the request reached the store; its answer never comes
+                self.close_connection = True
+                return
+            if action == "complete_200_error" and "uploadId=" in parts.query:
+                data = ERROR_BODY % (b"InternalError", b"We encountered an internal error.")
             self.send_response(response.status, response.reason)
             for name, value in response.getheaders():
                 if name.lower() not in HOP_BY_HOP:
@@ -172,8 +208,23 @@ def _handler(proxy: RecordingProxy) -> type[http.server.BaseHTTPRequestHandler]:
             else:
                 self.send_header("Content-Length", str(len(data)))
             self.end_headers()
+            if action == "truncate" and self.command != "HEAD" and len(data) > 1:
+                self.wfile.write(data[: len(data) // 2])  # the body stops midway
+                self.wfile.flush()
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
             if self.command != "HEAD":
                 self.wfile.write(data)
+
+        def _answer_error(self, status: int, code: bytes, message: bytes) -> None:
+            body = ERROR_BODY % (code, message)
+            self.send_response(status)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", "0" if self.command == "HEAD" else str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
 
         do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
 

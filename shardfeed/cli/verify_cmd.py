@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
             f"OK: {report.shards_checked} shards and {report.files_checked} files match the manifest ({format_size(report.bytes_hashed)} hashed)"
         )
     else:
-        for problem in report.problems:
-            print(f"BAD {problem}", file=sys.stderr)
+        for problem in report.problems:  # BAD: bytes that arrived wrong; IO: never arrived
+            print(f"{'IO ' if problem.kind == 'io' else 'BAD'} {problem}", file=sys.stderr)
         print(f"FAILED: {len(report.problems)} problem(s) in {args.dataset}", file=sys.stderr)
     return EXIT_OK if report.ok else EXIT_FAILED

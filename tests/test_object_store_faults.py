@@ -1,0 +1,269 @@
+"""Object-store I/O that rides out throttling and dropped connections (``formats/retry.py``,
+``formats/retrying_fs.py``), against a moto server behind a fault-injecting proxy on loopback.
+
+The proxy answers a fixed share of requests with ``503 SlowDown``, ``500 InternalError`` or
+``429``, drops connections before and after the request reached the store, cuts bodies off midway
+and answers late. Every reader-side path must still deliver the exact bytes; with the faults made
+permanent, it must fail within its bounded time with one line naming the object and the
+attempts, and never call a healthy shard corrupt.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+
+import numpy as np
+import pyarrow.fs as pafs
+import pytest
+from s3_proxy import FAULTS, RecordingProxy, Request
+
+from shardfeed import open_dataset, write_dataset
+from shardfeed.formats import retry
+from shardfeed.formats.retry import (
+    ObjectStoreIOError,
+    RetryPolicy,
+    ShortReadError,
+    is_transient,
+    retried,
+)
+from shardfeed.formats.retrying_fs import retrying, unwrap
+from shardfeed.formats.verify import verify_dataset
+from shardfeed.loader import ShardLoader
+
+pytest.importorskip("moto.server")
+
+FEATURES = {
+    "x": {"dtype": "float32", "shape": [4], "names": None},
+    "label": {"dtype": "int64", "shape": [1], "names": None},
+    "text": {"dtype": "string", "shape": [1], "names": None},
+}
+READ_FAULTS = [f for f in FAULTS if f != "complete_200_error"]  # a read has no multipart complete
+
+
+# --------------------------------------------------------------------------------------------
+# the policy, without a server
+
+
+@pytest.mark.parametrize(
+    "err",
+    [
+        OSError(
+            "AWS Error INTERNAL_FAILURE during GetObject operation: Failed to flush response "
+            "stream (eof: 0, bad: 1)"
+        ),
+        OSError(
+            "AWS Error SLOW_DOWN during HeadObject operation: Please reduce your request rate."
+        ),
+        OSError("When reading information for key 'a' in bucket 'b': AWS Error NETWORK_CONNECTION"),
+        OSError("curlCode: 28, Timeout was reached"),
+        OSError(
+            "AWS Error UNKNOWN (HTTP status 503) during HeadObject operation: No response body."
+        ),
+        ConnectionResetError(104, "Connection reset by peer"),
+        TimeoutError("read timed out"),
+        ShortReadError("got 3 of 8 bytes"),
+    ],
+)
+def test_transient_errors(err):
+    assert is_transient(err)
+
+
+@pytest.mark.parametrize(
+    "err",
+    [
+        FileNotFoundError("no such key"),
+        PermissionError("denied"),
+        OSError("AWS Error ACCESS_DENIED during GetObject operation: Access Denied"),
+        ValueError("bad argument"),
+        OSError("Parquet magic bytes not found in footer"),
+    ],
+)
+def test_permanent_errors(err):
+    assert not is_transient(err)
+
+
+def test_retried_gives_up_in_one_line_naming_the_object_and_attempts():
+    calls = []
+
+    def always_slow():
+        calls.append(1)
+        raise OSError("AWS Error SLOW_DOWN during GetObject operation: reduce your request rate")
+
+    slept = []
+    with pytest.raises(ObjectStoreIOError) as caught:
+        retried(
+            always_slow, "read s3://b/k bytes 0-7", RetryPolicy(4, 60.0, 0.01), sleep=slept.append
+        )
+    message = str(caught.value)
+    assert len(calls) == 4 and len(slept) == 3 and "\n" not in message
+    assert message.startswith("read s3://b/k bytes 0-7: failed after 4 attempt(s)")
+    assert "SLOW_DOWN" in message
+    assert all(0 <= s <= 0.01 * 2**i for i, s in enumerate(slept))  # full jitter, doubling caps
+
+
+def test_retried_stops_at_its_time_budget_and_raises_permanent_errors_at_once():
+    clock = itertools.count()
+    with pytest.raises(ObjectStoreIOError, match="failed after 1 attempt"):
+        retried(
+            lambda: (_ for _ in ()).throw(TimeoutError("slow")),
+            "head s3://b/k",
+            RetryPolicy(100, 0.0, 1.0),  # no time for a second attempt
+            sleep=lambda s: next(clock),
+        )
+    with pytest.raises(FileNotFoundError):
+        retried(lambda: (_ for _ in ()).throw(FileNotFoundError("k")), "x", RetryPolicy())
+
+
+def test_the_environment_sets_the_policy(monkeypatch):
+    monkeypatch.setenv(retry.ATTEMPTS_ENV, "3")
+    monkeypatch.setenv(retry.SECONDS_ENV, "7.5")
+    monkeypatch.setenv(retry.BACKOFF_ENV, "0.5")
+    assert RetryPolicy.from_env() == RetryPolicy(3, 7.5, 0.5)
+    monkeypatch.setenv(retry.ATTEMPTS_ENV, "0")
+    with pytest.raises(retry.ShardfeedError, match="SHARDFEED_IO_ATTEMPTS=0 is outside"):
+        RetryPolicy.from_env()
+
+
+# --------------------------------------------------------------------------------------------
+# through the fault-injecting proxy
+
+
+class Schedule:
+    """Every ``period``-th request gets the next fault of ``kinds``, in turn (deterministic)."""
+
+    def __init__(self, kinds: list[str], period: int) -> None:
+        self.kinds, self.period = kinds, period
+        self.seen = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, request: Request, port: int) -> str | None:
+        with self.lock:
+            n = self.seen
+            self.seen += 1
+        if n % self.period:
+            return None
+        return self.kinds[(n // self.period) % len(self.kinds)]
+
+
+@pytest.fixture(scope="module")
+def proxy(s3):
+    recording = RecordingProxy(s3[1]).start()
+    yield recording
+    recording.stop()
+
+
+@pytest.fixture(scope="module")
+def dataset_on_s3(s3, tmp_path_factory):
+    """A small dataset written locally, then sent to S3 fault-free; its local copy."""
+    rng = np.random.default_rng(5)
+    n = 600
+    data = {
+        "x": rng.normal(size=(n, 4)).astype(np.float32),
+        "label": np.arange(n),
+        "text": [f"t{i}" for i in range(n)],
+    }
+    root = tmp_path_factory.mktemp("faults") / "ds"
+    write_dataset(root, FEATURES, data, target_shard_size="8KB", row_group_size="2KB")
+    fs = s3[0]
+    pafs.copy_files(str(root), "bucket/faults/ds", pafs.LocalFileSystem(), fs)
+    return root
+
+
+def _through(proxy: RecordingProxy) -> pafs.S3FileSystem:
+    """A client of the proxy whose requests time out well before a slow answer comes."""
+    return pafs.S3FileSystem(
+        access_key="testing",
+        secret_key="testing",
+        region="us-east-1",
+        scheme="http",
+        endpoint_override=proxy.host,
+        request_timeout=1.0,
+        connect_timeout=1.0,
+        retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1),  # ours alone
+    )
+
+
+@pytest.fixture
+def fast_retries(monkeypatch):
+    monkeypatch.setenv(retry.BACKOFF_ENV, "0.01")
+
+
+def test_reads_ride_out_every_kind_of_fault(proxy, dataset_on_s3, fast_retries):
+    """A fault on one request in five, every kind in turn: open, verify and read every sample;
+    the bytes are exactly the local copy's."""
+    schedule = Schedule(READ_FAULTS, period=5)
+    proxy.hook = schedule
+    proxy.injected.clear()
+    before = retry.retry_counts().get("retries", 0)
+    try:
+        fs = retrying(_through(proxy))
+        ds = open_dataset("s3://bucket/faults/ds", filesystem=fs)
+        report = verify_dataset("s3://bucket/faults/ds", filesystem=fs)
+        got = ds.read(0, len(ds))
+    finally:
+        proxy.hook = None
+    assert report.ok, report
+    want = open_dataset(dataset_on_s3).read(0, len(ds))
+    assert got.keys() == want.keys()
+    for name in want:
+        np.testing.assert_array_equal(np.asarray(got[name]), np.asarray(want[name]))
+    kinds = {kind for kind, _ in proxy.injected}
+    assert kinds == set(READ_FAULTS)  # each kind was injected at least once
+    assert retry.retry_counts()["retries"] > before  # some faults got past the SDK's retries
+
+
+def test_without_the_retry_layer_the_same_faults_break_the_reads(proxy, dataset_on_s3, monkeypatch):
+    """What the layer is for: the AWS SDK's own retries do not ride these faults out (a SlowDown
+    on a small ranged read fails as INTERNAL_FAILURE, a cut body is not retried)."""
+    from shardfeed.formats import storage
+
+    monkeypatch.setattr(storage, "retrying", lambda fs: fs)
+    proxy.hook = Schedule(READ_FAULTS, period=5)
+    try:
+        fs = _through(proxy)
+        with pytest.raises(Exception) as caught:
+            ds = open_dataset("s3://bucket/faults/ds", filesystem=fs)
+            assert verify_dataset("s3://bucket/faults/ds", filesystem=fs).ok
+            ds.read(0, len(ds))
+    finally:
+        proxy.hook = None
+    assert not isinstance(caught.value, AssertionError), caught.value
+
+
+def test_permanent_faults_fail_in_one_line_and_nothing_is_called_corrupt(
+    proxy, dataset_on_s3, monkeypatch
+):
+    monkeypatch.setenv(retry.ATTEMPTS_ENV, "3")
+    monkeypatch.setenv(retry.BACKOFF_ENV, "0.01")
+    fs = retrying(_through(proxy))
+    ds = open_dataset("s3://bucket/faults/ds", filesystem=fs)
+    proxy.hook = lambda request, port: "slowdown"
+    try:
+        with pytest.raises(ObjectStoreIOError) as caught:
+            ds.read(0, len(ds))
+    finally:
+        proxy.hook = None
+    message = str(caught.value)
+    assert "failed after 3 attempt(s)" in message and "s3://bucket/faults/ds/" in message
+    assert "corrupt" not in message.lower()
+    # only the shards' reads fail: verify says IO, never BAD; the loader raises the I/O error
+    proxy.hook = lambda request, port: "slowdown" if "/data/" in request.key else None
+    try:
+        report = verify_dataset("s3://bucket/faults/ds", filesystem=fs)
+        with pytest.raises(ObjectStoreIOError):
+            list(ShardLoader(ds, rank=0, world=1, batch_size=50))
+    finally:
+        proxy.hook = None
+    assert report.problems and {p.kind for p in report.problems} == {"io"}
+
+
+def test_the_wrapper_keeps_the_filesystem_it_wraps(s3):
+    fs = s3[0]
+    wrapped = retrying(fs)
+    assert retrying(wrapped) is wrapped and unwrap(wrapped) is fs
+    assert retrying(pafs.LocalFileSystem()).type_name == "local"
+    import pickle
+
+    again = pickle.loads(pickle.dumps(wrapped))
+    assert unwrap(again).equals(fs)

@@ -19,6 +19,7 @@ from typing import Any, BinaryIO
 
 import pyarrow.fs as pafs
 
+from shardfeed.formats.retry import io_timeout, retried
 from shardfeed.formats.retrying_fs import unwrap
 from shardfeed.schemas.errors import ShardfeedError
 
@@ -114,7 +115,7 @@ def put_bytes(filesystem: pafs.FileSystem, key: str, data: bytes) -> None:
     client = s3_client(filesystem)
     if client is not None:
         bucket, _, name = key.partition("/")
-        client.put_object(Bucket=bucket, Key=name, Body=data)
+        retried(lambda: client.put_object(Bucket=bucket, Key=name, Body=data), f"put s3://{key}")
         return
     with filesystem.open_output_stream(key, compression=None) as out:
         out.write(data)
@@ -148,19 +149,24 @@ def _send_s3(
     digest.update(body)
     if len(body) < part:  # the whole object: one request, made only once it checked out
         _check(expect, len(body), digest.hexdigest(), what)
-        client.put_object(Bucket=bucket, Key=name, Body=body)
+        retried(lambda: client.put_object(Bucket=bucket, Key=name, Body=body), f"put s3://{key}")
         if progress is not None:
             progress(len(body))
         return len(body), digest.hexdigest()
-    upload = client.create_multipart_upload(Bucket=bucket, Key=name)["UploadId"]
+    upload = retried(
+        lambda: client.create_multipart_upload(Bucket=bucket, Key=name), f"start s3://{key}"
+    )["UploadId"]
     try:
         parts, sent = [], 0
         while body:
             number = len(parts) + 1
             if number > MAX_PARTS:
                 raise UploadError(f"{what}: more than {MAX_PARTS} parts of {part} bytes")
-            answer = client.upload_part(
-                Bucket=bucket, Key=name, UploadId=upload, PartNumber=number, Body=body
+            answer = retried(
+                lambda body=body, number=number: client.upload_part(
+                    Bucket=bucket, Key=name, UploadId=upload, PartNumber=number, Body=body
+                ),
+                f"send s3://{key} part {number}",
             )
             parts.append({"ETag": answer["ETag"], "PartNumber": number})
             sent += len(body)
@@ -171,14 +177,46 @@ def _send_s3(
         _check(expect, sent, digest.hexdigest(), what)
         if expect is None and sent != size:
             raise UploadError(f"{what} changed while it was sent ({sent} of {size} bytes)")
-        client.complete_multipart_upload(
-            Bucket=bucket, Key=name, UploadId=upload, MultipartUpload={"Parts": parts}
-        )
+        _complete(client, bucket, name, upload, parts)
     except BaseException:
         with contextlib.suppress(Exception):
             client.abort_multipart_upload(Bucket=bucket, Key=name, UploadId=upload)
         raise
     return sent, digest.hexdigest()
+
+
+def _complete(client: Any, bucket: str, name: str, upload: str, parts: list[dict]) -> None:
+    """Complete a multipart upload, retried. A retry answered ``NoSuchUpload`` after an earlier
+    attempt whose answer was lost is a success when the object's ETag is the one these parts
+    make (md5 of their md5s, ``-N``): then that attempt completed it."""
+    attempts = 0
+
+    def attempt() -> None:
+        nonlocal attempts
+        attempts += 1
+        try:
+            client.complete_multipart_upload(
+                Bucket=bucket, Key=name, UploadId=upload, MultipartUpload={"Parts": parts}
+            )
+        except Exception as err:
+            if attempts > 1 and _error_code(err) == "NoSuchUpload":
+                head = client.head_object(Bucket=bucket, Key=name)
+                if head.get("ETag", "").strip('"') == multipart_etag(parts):
+                    return
+            raise
+
+    retried(attempt, f"complete s3://{bucket}/{name}")
+
+
+def multipart_etag(parts: list[dict]) -> str:
+    """The ETag S3 gives an object completed from ``parts`` (their ETags, in order)."""
+    digests = b"".join(bytes.fromhex(p["ETag"].strip('"')) for p in parts)
+    return f"{hashlib.md5(digests, usedforsecurity=False).hexdigest()}-{len(parts)}"
+
+
+def _error_code(err: BaseException) -> str | None:
+    response = getattr(err, "response", None)
+    return (response.get("Error") or {}).get("Code") if isinstance(response, dict) else None
 
 
 def abort_stale_uploads(filesystem: pafs.FileSystem, prefix: str) -> int:
@@ -239,7 +277,12 @@ def s3_client(filesystem: pafs.FileSystem) -> Any | None:
             aws_access_key_id=settings[3],
             aws_secret_access_key=settings[4],
             aws_session_token=settings[5],
-            config=Config(retries={"mode": "standard", "max_attempts": 5}),
+            # one attempt per call: formats/retry.py retries, with the policy every call shares
+            config=Config(
+                retries={"mode": "standard", "max_attempts": 1},
+                connect_timeout=io_timeout(),
+                read_timeout=io_timeout(),
+            ),
         )
         _CLIENTS[settings] = client
     return client

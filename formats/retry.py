@@ -12,6 +12,7 @@ attempts and the last error, never a corruption error. Settings come from the en
 ``SHARDFEED_IO_ATTEMPTS``       attempts per call, the first included                  10
 ``SHARDFEED_IO_RETRY_SECONDS``  total time a call may take with its waits               120
 ``SHARDFEED_IO_BACKOFF``        base of the backoff, seconds (cap: 64 times it)         0.25
+``SHARDFEED_IO_TIMEOUT``        seconds a request of a whole-object send may take       60
 ==============================  ====================================================  =======
 
 The defaults ride out a throttling burst of tens of seconds. Retries are counted per process
@@ -36,6 +37,7 @@ T = TypeVar("T")
 ATTEMPTS_ENV = "SHARDFEED_IO_ATTEMPTS"
 SECONDS_ENV = "SHARDFEED_IO_RETRY_SECONDS"
 BACKOFF_ENV = "SHARDFEED_IO_BACKOFF"
+TIMEOUT_ENV = "SHARDFEED_IO_TIMEOUT"
 
 # words of the errors pyarrow's AWS SDK and curl put in their messages for a transient failure;
 # "Failed to flush response stream" is the SDK writing an error body (SlowDown's XML) into a
@@ -124,6 +126,11 @@ class RetryPolicy:
     def wait(self, attempt: int, rng: random.Random) -> float:
         """Seconds to wait before attempt ``attempt + 1`` (full jitter)."""
         return rng.uniform(0.0, min(self.cap, self.base * (2.0 ** min(attempt, 30))))
+
+
+def io_timeout() -> float:
+    """Seconds one request may take to connect or answer (``SHARDFEED_IO_TIMEOUT``, 60)."""
+    return float(_env_number(TIMEOUT_ENV, float, 60.0, 0.1, 3600.0))
 
 
 def _env_number(name: str, kind: type, default: float, low: float, high: float) -> float:

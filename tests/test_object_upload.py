@@ -17,6 +17,7 @@ import pytest
 
 from shardfeed.formats import object_upload
 from shardfeed.formats.object_upload import MIN_PART_SIZE, SendMismatchError, send, upload_file
+from shardfeed.formats.retry import ObjectStoreIOError
 from shardfeed.formats.storage import locate
 from shardfeed.formats.tier_copy import CopyMismatchError, Target, copy_file
 
@@ -88,8 +89,12 @@ def test_bytes_that_do_not_match_never_appear_under_the_key(s3, small_parts, tmp
     assert _head(fs, "up/small.bin")["ContentLength"] == 3
 
 
-def test_a_failed_part_aborts_the_upload(s3, small_parts, monkeypatch):
+def test_a_part_that_keeps_failing_aborts_the_upload(s3, small_parts, monkeypatch):
+    """A part is retried; when its retries run out the upload is aborted and the error names the
+    object, the part and the attempts."""
     fs, _ = s3
+    monkeypatch.setenv("SHARDFEED_IO_ATTEMPTS", "3")
+    monkeypatch.setenv("SHARDFEED_IO_BACKOFF", "0")
     client = object_upload.s3_client(fs)
     real = client.upload_part
     calls = []
@@ -102,9 +107,9 @@ def test_a_failed_part_aborts_the_upload(s3, small_parts, monkeypatch):
 
     monkeypatch.setattr(client, "upload_part", second_part_fails)
     data = os.urandom(2 * MIN_PART_SIZE + 1)
-    with pytest.raises(ConnectionResetError):
+    with pytest.raises(ObjectStoreIOError, match=r"part 2: failed after 3 attempt\(s\)"):
         send(fs, io.BytesIO(data), "bucket/up/dropped.bin", len(data))
-    assert calls == [1, 2]
+    assert calls == [1, 2, 2, 2]
     assert _head(fs, "up/dropped.bin") is None and _pending(fs, "up/dropped") == []
 
 
@@ -132,3 +137,35 @@ def test_a_tier_copy_to_s3_goes_straight_to_its_key(s3, small_parts, tmp_path, m
     with pytest.raises(CopyMismatchError, match="the source changed or is corrupt"):
         copy_file(locate(tmp_path / "src"), target, "data/s.parquet", len(data), "f" * 64)
     assert _pending(fs, "tier/") == []
+
+
+class _LostAnswerClient:
+    """A client whose first complete reaches the store but whose answer is lost; the retry then
+    hears NoSuchUpload, as S3 may answer for an upload it has completed."""
+
+    def __init__(self, etag: str) -> None:
+        self.etag, self.calls = etag, []
+
+    def complete_multipart_upload(self, **kwargs):
+        from botocore.exceptions import ClientError
+
+        self.calls.append("complete")
+        if len(self.calls) == 1:
+            raise ConnectionResetError("the answer never came")
+        error = {"Error": {"Code": "NoSuchUpload", "Message": "gone"}}
+        raise ClientError(error, "CompleteMultipartUpload")
+
+    def head_object(self, **kwargs):
+        return {"ETag": f'"{self.etag}"'}
+
+
+def test_a_lost_complete_answer_is_a_success_only_with_the_parts_etag(monkeypatch):
+    monkeypatch.setenv("SHARDFEED_IO_BACKOFF", "0")
+    parts = [{"ETag": '"' + "ab" * 16 + '"', "PartNumber": 1}, {"ETag": "cd" * 16, "PartNumber": 2}]
+    etag = object_upload.multipart_etag(parts)
+    assert etag == hashlib.md5(bytes.fromhex("ab" * 16 + "cd" * 16)).hexdigest() + "-2"
+    object_upload._complete(_LostAnswerClient(etag), "bucket", "k", "u", parts)  # no error
+    from botocore.exceptions import ClientError
+
+    with pytest.raises(ClientError, match="NoSuchUpload"):  # another object is at the key
+        object_upload._complete(_LostAnswerClient("0" * 32 + "-2"), "bucket", "k", "u", parts)

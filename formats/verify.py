@@ -20,7 +20,7 @@ from shardfeed.formats.atomic import is_temp_name
 from shardfeed.formats.encoding import ShardContext, get_encoding
 from shardfeed.formats.layout import LISTED_DIRS
 from shardfeed.formats.reader import load_manifest
-from shardfeed.formats.retry import ObjectStoreIOError
+from shardfeed.formats.retry import ObjectStoreIOError, retry_counts
 from shardfeed.formats.sample_index import (
     SampleIndexError,
     _check_shard_sums,
@@ -76,6 +76,7 @@ class VerifyReport:
     shards_checked: int = 0
     files_checked: int = 0
     bytes_hashed: int = 0
+    io_retries: int = 0  # object-store requests this verify repeated after a transient failure
 
     @property
     def ok(self) -> bool:
@@ -87,6 +88,7 @@ class VerifyReport:
             "shards_checked": self.shards_checked,
             "files_checked": self.files_checked,
             "bytes_hashed": self.bytes_hashed,
+            "io_retries": self.io_retries,
             "problems": [
                 {"path": p.path, "kind": p.kind, "detail": p.detail} for p in self.problems
             ],
@@ -108,6 +110,7 @@ def verify_location(
     location: Location, manifest: Manifest, *, check_hashes: bool = True, progress=None
 ) -> VerifyReport:
     report = VerifyReport()
+    retries_before = retry_counts().get("retries", 0)
     _check_fingerprint(manifest, report)
     encoding = get_encoding(manifest.encoding)
     offsets = _record_offsets(location, manifest, report) if encoding.framed else None
@@ -167,6 +170,7 @@ def verify_location(
         if is_temp_name(posixpath.basename(rel)):
             report.problems.append(Problem(rel, "extra", "leftover temporary file"))
     _check_assignments(location, manifest, report, check_hashes)
+    report.io_retries = retry_counts().get("retries", 0) - retries_before
     return report
 
 

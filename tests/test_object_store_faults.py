@@ -201,9 +201,14 @@ def test_reads_ride_out_every_kind_of_fault(proxy, dataset_on_s3, fast_retries):
         ds = open_dataset("s3://bucket/faults/ds", filesystem=fs)
         report = verify_dataset("s3://bucket/faults/ds", filesystem=fs)
         got = ds.read(0, len(ds))
+        fresh = open_dataset("s3://bucket/faults/ds", filesystem=fs)  # no handle open yet
+        loader = ShardLoader(fresh, rank=0, world=1, batch_size=100)
+        labels = [int(v) for batch in loader for v in batch["label"]]
+        loader_retries = loader.metrics()["io_retries"]
     finally:
         proxy.hook = None
-    assert report.ok, report
+    assert report.ok and report.io_retries > 0, report
+    assert sorted(labels) == list(range(len(ds))) and loader_retries > 0
     want = open_dataset(dataset_on_s3).read(0, len(ds))
     assert got.keys() == want.keys()
     for name in want:

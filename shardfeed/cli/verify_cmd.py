@@ -41,7 +41,9 @@ def run(args: argparse.Namespace) -> int:
         print_json(report.to_json())
     elif report.ok:
         print(
-            f"OK: {report.shards_checked} shards and {report.files_checked} files match the manifest ({format_size(report.bytes_hashed)} hashed)"
+            f"OK: {report.shards_checked} shards and {report.files_checked} files match the manifest ({format_size(report.bytes_hashed)} hashed"
+            + (f"; {report.io_retries} object-store retries" if report.io_retries else "")
+            + ")"
         )
     else:
         for problem in report.problems:  # BAD: bytes that arrived wrong; IO: never arrived

@@ -28,6 +28,7 @@ from shardfeed.assignment import Assignment, load_assignment
 from shardfeed.dataset_source import DatasetSource
 from shardfeed.formats.node_cache import NodeCache
 from shardfeed.formats.reader import Dataset
+from shardfeed.formats.retry import retry_counts
 from shardfeed.loader.columns import Batch, decode_images, join_rows, to_batch
 from shardfeed.loader.mixture import interleave, normalize
 from shardfeed.loader.pins import pinned_shards
@@ -127,6 +128,7 @@ class ShardLoader:
                 self.caches.append(cache)
         self._active: _Pipeline | None = None
         self._metrics = _Metrics()
+        self._retries_at_start = retry_counts().get("retries", 0)
         self.set_epoch(epoch)
 
     # -- the epoch and its schedule ------------------------------------------------------------
@@ -250,7 +252,8 @@ class ShardLoader:
     def metrics(self) -> dict[str, float]:
         """Throughput and starvation so far: ``samples_per_s``, ``bytes_per_s`` (payload),
         ``wait_s`` (seconds the consumer waited for a batch: the GPU-starvation signal),
-        ``cache_hit_ratio`` (row groups read from this node: node tier or cache) and counts."""
+        ``cache_hit_ratio`` (row groups read from this node: node tier or cache), ``io_retries``
+        (object-store requests repeated, in this process) and counts."""
         m = self._metrics
         elapsed = max(time.perf_counter() - m.started, 1e-9) if m.started else 0.0
         reads = m.group_reads or 1
@@ -264,6 +267,9 @@ class ShardLoader:
             "wait_s": round(m.wait, 6),
             "cache_hit_ratio": m.node_reads / reads if m.group_reads else 0.0,
             "row_group_reads": m.group_reads,
+            # object-store requests repeated after a transient failure, in this process since
+            # the loader was made (formats/retry.py)
+            "io_retries": retry_counts().get("retries", 0) - self._retries_at_start,
         }
         if self.caches:
             out["cache_bytes_copied"] = sum(c.counters.bytes_copied for c in self.caches)

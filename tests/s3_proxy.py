@@ -13,6 +13,7 @@ import http.server
 import os
 import socket
 import socketserver
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -138,6 +139,11 @@ class RecordingProxy:
 
 class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that hung up (a timeout, a fault of ours) is no error of the proxy's."""
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
 
 
 def _handler(proxy: RecordingProxy) -> type[http.server.BaseHTTPRequestHandler]:

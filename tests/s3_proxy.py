@@ -235,3 +235,36 @@ def _handler(proxy: RecordingProxy) -> type[http.server.BaseHTTPRequestHandler]:
         do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
 
     return Handler
+
+
+class Schedule:
+    """Every ``period``-th request gets the next fault of ``kinds``, in turn (deterministic)."""
+
+    def __init__(self, kinds: list[str], period: int) -> None:
+        self.kinds, self.period = kinds, period
+        self.seen = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, request: Request, port: int) -> str | None:
+        with self.lock:
+            n = self.seen
+            self.seen += 1
+        if n % self.period:
+            return None
+        return self.kinds[(n // self.period) % len(self.kinds)]
+
+
+class WriteSchedule(Schedule):
+    """As Schedule, and every other CompleteMultipartUpload answered 200 with an error body."""
+
+    def __init__(self, kinds: list[str], period: int) -> None:
+        super().__init__(kinds, period)
+        self.completes = 0
+
+    def __call__(self, request: Request, port: int) -> str | None:
+        if request.method == "POST" and "uploadId=" in request.query:
+            with self.lock:
+                self.completes += 1
+                if self.completes % 2:
+                    return "complete_200_error"
+        return super().__call__(request, port)

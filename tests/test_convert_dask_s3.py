@@ -22,7 +22,7 @@ import sys
 
 import pyarrow.fs as pafs
 import pytest
-from s3_proxy import RecordingProxy, Request, client_pid
+from s3_proxy import RecordingProxy, Request, WriteSchedule, client_pid
 
 from shardfeed import open_dataset
 from shardfeed.cli.main import main
@@ -341,3 +341,26 @@ def test_a_run_failed_by_a_killed_uploader_is_completed_by_the_next(
         assert _convert(s3_corpus, "s3://bucket/failed/ds", cluster.scheduler_address, weights) == 0
     assert _tree(fs, "failed/ds") == reference
     assert _multipart_uploads(fs, "failed/") == []
+
+
+def test_the_cluster_rides_out_object_store_faults(
+    s3, s3_corpus, weights, reference, cluster, proxy, monkeypatch
+):
+    """Workers and driver through one failed request in ten (SlowDown, 500, 429, connections
+    dropped before and after the store, bodies cut off midway) and every other multipart
+    complete answered 200 with an error body: the published objects are the local run's."""
+    from shardfeed.formats import retry
+
+    monkeypatch.setenv(retry.BACKOFF_ENV, "0.01")  # the driver's; the workers keep the default
+    fs = s3[0]
+    cluster, _ = cluster
+    kinds = ["slowdown", "internal", "throttle", "drop_before", "drop_after", "truncate"]
+    proxy.hook = WriteSchedule(kinds, period=10)
+    proxy.injected.clear()
+    try:
+        assert _convert(s3_corpus, "s3://bucket/faulty/ds", cluster.scheduler_address, weights) == 0
+    finally:
+        proxy.hook = None
+    assert {kind for kind, _ in proxy.injected} >= {"complete_200_error", *kinds[:4]}
+    assert _tree(fs, "faulty/ds") == reference
+    assert _multipart_uploads(fs, "faulty/") == []

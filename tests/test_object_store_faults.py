@@ -11,12 +11,11 @@ attempts, and never call a healthy shard corrupt.
 from __future__ import annotations
 
 import itertools
-import threading
 
 import numpy as np
 import pyarrow.fs as pafs
 import pytest
-from s3_proxy import FAULTS, RecordingProxy, Request
+from s3_proxy import FAULTS, RecordingProxy, Request, Schedule, WriteSchedule
 
 from shardfeed import open_dataset, write_dataset
 from shardfeed.formats import object_upload, retry
@@ -127,23 +126,6 @@ def test_the_environment_sets_the_policy(monkeypatch):
 
 # --------------------------------------------------------------------------------------------
 # through the fault-injecting proxy
-
-
-class Schedule:
-    """Every ``period``-th request gets the next fault of ``kinds``, in turn (deterministic)."""
-
-    def __init__(self, kinds: list[str], period: int) -> None:
-        self.kinds, self.period = kinds, period
-        self.seen = 0
-        self.lock = threading.Lock()
-
-    def __call__(self, request: Request, port: int) -> str | None:
-        with self.lock:
-            n = self.seen
-            self.seen += 1
-        if n % self.period:
-            return None
-        return self.kinds[(n // self.period) % len(self.kinds)]
 
 
 @pytest.fixture(scope="module")
@@ -276,22 +258,6 @@ def test_the_wrapper_keeps_the_filesystem_it_wraps(s3):
 
 # --------------------------------------------------------------------------------------------
 # convert and the reader-side commands through faults
-
-
-class WriteSchedule(Schedule):
-    """As Schedule, and every other CompleteMultipartUpload answered 200 with an error body."""
-
-    def __init__(self, kinds: list[str], period: int) -> None:
-        super().__init__(kinds, period)
-        self.completes = 0
-
-    def __call__(self, request: Request, port: int) -> str | None:
-        if request.method == "POST" and "uploadId=" in request.query:
-            with self.lock:
-                self.completes += 1
-                if self.completes % 2:
-                    return "complete_200_error"
-        return super().__call__(request, port)
 
 
 @pytest.fixture

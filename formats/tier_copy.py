@@ -26,6 +26,7 @@ import pyarrow.fs as pafs
 
 from shardfeed.formats.atomic import fsync_dir, is_temp_name, temp_name
 from shardfeed.formats.object_upload import SendMismatchError, s3_client, send
+from shardfeed.formats.retrying_fs import retrying
 from shardfeed.formats.storage import Location
 from shardfeed.schemas.errors import ShardfeedError
 
@@ -43,6 +44,10 @@ class Target:
 
     root: str
     filesystem: pafs.FileSystem | None = None  # None: local
+
+    def __post_init__(self) -> None:
+        if self.filesystem is not None:  # every object-store call retried (formats/retry.py)
+            object.__setattr__(self, "filesystem", retrying(self.filesystem))
 
     @property
     def is_local(self) -> bool:

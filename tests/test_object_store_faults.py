@@ -370,3 +370,30 @@ def test_a_complete_whose_answer_was_lost_counts_as_done(proxy, monkeypatch):
     assert lost and sent == (len(data), digest)
     with fs.open_input_stream("bucket/faults/lost.bin") as handle:
         assert handle.read() == data
+
+
+def test_stage_and_warm_ride_out_faults(via_proxy, s3, tmp_path):
+    """stage to an S3 tier, then stage and warm from the S3 copy as the source, through one
+    failed request in five: every copy verifies."""
+    from staging_fixtures import dataset, tiers_toml
+
+    from shardfeed.staging import stage
+    from shardfeed.warming import warm
+
+    src = dataset(tmp_path / "faultds", n=120, hot_shards=2)
+    config = tiers_toml(tmp_path)
+    kinds = ["throttle", "truncate", "slowdown", "internal", "drop_before", "drop_after"]
+    via_proxy.hook = WriteSchedule(kinds, period=5)
+    via_proxy.injected.clear()
+    try:
+        first = stage(src, config, only=("cold",))
+        remote = "s3://bucket/datasets/faultds"
+        second = stage(remote, config, only=("pfs",))
+        warmed = warm(remote, config, node_rank=0, nodes=1)
+    finally:
+        via_proxy.hook = None
+    assert first.results[0].copied > 0 and second.results[0].copied > 0
+    assert warmed.copied > 0
+    assert len(via_proxy.injected) >= 5
+    assert verify_dataset(remote, filesystem=s3[0]).ok
+    assert verify_dataset(tmp_path / "pfs" / "faultds").ok

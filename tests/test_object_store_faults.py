@@ -397,3 +397,33 @@ def test_stage_and_warm_ride_out_faults(via_proxy, s3, tmp_path):
     assert len(via_proxy.injected) >= 5
     assert verify_dataset(remote, filesystem=s3[0]).ok
     assert verify_dataset(tmp_path / "pfs" / "faultds").ok
+
+
+@pytest.mark.parametrize("command", ["inspect", "verify", "assign", "convert"])
+def test_permanent_faults_end_each_command_in_one_line(
+    via_proxy, s3, dataset_on_s3, tmp_path, monkeypatch, capsys, command
+):
+    """Every request after the first few answered 503: the command fails within its bounded
+    time, with one line naming the object and the attempts; no traceback, nothing published."""
+    from shardfeed.cli.main import main
+
+    monkeypatch.setenv(retry.ATTEMPTS_ENV, "2")
+    ds = "s3://bucket/faults/ds"
+    world = ["--nodes", "1", "--gpus-per-node", "1", "--name", "never"]
+    src = str(dataset_on_s3 / "data")
+    argv = {
+        "inspect": ["inspect", ds],
+        "verify": ["verify", ds],
+        "assign": ["assign", ds, *world],
+        "convert": ["convert", src, "s3://bucket/faults/never", "--from", "parquet"],
+    }[command]
+    via_proxy.hook = lambda request, port: "slowdown"
+    try:
+        code = main(argv)
+    finally:
+        via_proxy.hook = None
+    err = capsys.readouterr().err
+    assert code != 0
+    lines = [line for line in err.splitlines() if line.startswith("shardfeed:")]
+    assert len(lines) == 1 and "failed after 2 attempt(s)" in lines[0], err
+    assert "Traceback" not in err and "corrupt" not in err.lower()

@@ -45,6 +45,37 @@ def tree_bytes(root: str | os.PathLike[str]) -> dict[str, bytes]:
     return out
 
 
+def s3_tree(filesystem: Any, prefix: str) -> dict[str, bytes]:
+    """Every object under ``bucket/prefix/`` as {relative key: bytes}."""
+    import pyarrow.fs as pafs
+
+    base = f"bucket/{prefix}/"
+    selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
+    out = {}
+    for info in filesystem.get_file_info(selector):
+        if info.type == pafs.FileType.File:
+            with filesystem.open_input_stream(info.path) as handle:
+                out[info.path[len(base) :]] = handle.read()
+    return out
+
+
+def aws_test_env(scratch: str | os.PathLike[str], endpoint: str | None) -> dict[str, str]:
+    """The variables that point every AWS client of a process at a test server: test
+    credentials, no instance metadata, no profile files (``scratch``: a directory for the
+    absent ones), and ``endpoint`` (``http://host:port``) when given."""
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_CONFIG_FILE": os.path.join(scratch, "no-aws-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": os.path.join(scratch, "no-aws-credentials"),
+    }
+    if endpoint is not None:
+        env["AWS_ENDPOINT_URL"] = endpoint
+    return env
+
+
 @pytest.fixture
 def make_small_dataset(
     tmp_path: Path,

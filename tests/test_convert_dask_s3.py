@@ -22,6 +22,7 @@ import sys
 
 import pyarrow.fs as pafs
 import pytest
+from conftest import aws_test_env, s3_tree, tree_bytes
 from s3_proxy import RecordingProxy, Request, WriteSchedule, client_pid
 
 from shardfeed import open_dataset
@@ -38,12 +39,6 @@ cloudpickle = pytest.importorskip("cloudpickle")
 PART = 5 * 1024 * 1024  # S3's smallest part: every shard here is sent in two or three parts
 CONVERT = ["--target-shard-size", "9MB", "--row-group-size", "1MB", "--shuffle-seed", "7"]
 HOT = ["--hot-budget", "9MB"]  # one hot shard; the weights file is in a directory of the driver's
-AWS = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_EC2_METADATA_DISABLED": "true",
-}
 
 
 @pytest.fixture(scope="module")
@@ -87,18 +82,13 @@ def reference(corpus, weights, tmp_path_factory):
     dst = tmp_path_factory.mktemp("ref") / "ds"
     assert main(["convert", str(corpus), str(dst), *CONVERT, *HOT, "--hot-weights", weights]) == 0
     assert open_dataset(dst).manifest.hot_shards == 1
-    return _local_tree(dst)
+    return tree_bytes(dst)
 
 
 @pytest.fixture(scope="module")
 def aws_env(proxy, tmp_path_factory):
     """This process speaks to S3 through the proxy, with test credentials."""
-    env = {
-        **AWS,
-        "AWS_ENDPOINT_URL": f"http://{proxy.host}",
-        "AWS_CONFIG_FILE": str(tmp_path_factory.mktemp("aws") / "none"),
-        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path_factory.mktemp("aws") / "none"),
-    }
+    env = aws_test_env(tmp_path_factory.mktemp("aws"), f"http://{proxy.host}")
     with pytest.MonkeyPatch.context() as patch:
         for name, value in env.items():
             patch.setenv(name, value)
@@ -148,26 +138,6 @@ def cluster(tmp_path_factory, aws_env):
 def _convert(src: str, dst: str, address: str, weights: str, *extra: str) -> int:
     hot = [*HOT, "--hot-weights", weights]
     return main(["convert", src, dst, *CONVERT, *hot, "--dask-address", address, *extra])
-
-
-def _local_tree(root) -> dict[str, bytes]:
-    out = {}
-    for directory, _, names in os.walk(root):
-        for name in names:
-            path = os.path.join(directory, name)
-            with open(path, "rb") as handle:
-                out[os.path.relpath(path, root).replace(os.sep, "/")] = handle.read()
-    return out
-
-
-def _tree(fs: pafs.FileSystem, prefix: str) -> dict[str, bytes]:
-    base = f"bucket/{prefix}/"
-    out = {}
-    for info in fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True)):
-        if info.type == pafs.FileType.File:
-            with fs.open_input_stream(info.path) as handle:
-                out[info.path[len(base) :]] = handle.read()
-    return out
 
 
 def _multipart_uploads(fs: pafs.FileSystem, prefix: str) -> list:
@@ -227,7 +197,7 @@ def test_workers_write_straight_to_s3_and_the_driver_sends_only_meta(
     assert summary["samples_out"] == 3000 and summary["shards"] >= 2
 
     # every object equals the local conversion's; nothing else is left (work dir, uploads)
-    assert _tree(fs, "dask/ds") == reference
+    assert s3_tree(fs, "dask/ds") == reference
     assert _multipart_uploads(fs, "dask/") == []
     assert verify_dataset("s3://bucket/dask/ds").ok
     assert main(["verify", "s3://bucket/dask/ds"]) == 0
@@ -267,7 +237,7 @@ def test_multipart_shards_carry_their_sha256(s3, s3_corpus, weights, reference, 
     fs = s3[0]
     cluster, _ = cluster
     dst = "s3://bucket/dask/ds"
-    if MANIFEST_PATH not in _tree(fs, "dask/ds"):
+    if MANIFEST_PATH not in s3_tree(fs, "dask/ds"):
         assert _convert(s3_corpus, dst, cluster.scheduler_address, weights) == 0
     client = object_upload.s3_client(fs)
     manifest = open_dataset(dst).manifest
@@ -311,7 +281,7 @@ def test_a_worker_killed_while_uploading_is_ridden_out(
     finally:
         proxy.hook = None
     assert len(killed) == 1
-    assert _tree(fs, "killed/ds") == reference
+    assert s3_tree(fs, "killed/ds") == reference
     assert _multipart_uploads(fs, "killed/") == []  # the killed worker's upload was aborted
 
 
@@ -335,11 +305,11 @@ def test_a_run_failed_by_a_killed_uploader_is_completed_by_the_next(
         assert len(killed) == 1
         err = capsys.readouterr().err
         assert "the Dask cluster failed (KilledWorker" in err and "Traceback" not in err
-        left = _tree(fs, "failed/ds")
+        left = s3_tree(fs, "failed/ds")
         assert MANIFEST_PATH not in left and any(k.startswith(".shardfeed-work/") for k in left)
         assert _multipart_uploads(fs, "failed/")  # the killed worker's, never completed
         assert _convert(s3_corpus, "s3://bucket/failed/ds", cluster.scheduler_address, weights) == 0
-    assert _tree(fs, "failed/ds") == reference
+    assert s3_tree(fs, "failed/ds") == reference
     assert _multipart_uploads(fs, "failed/") == []
 
 
@@ -362,5 +332,5 @@ def test_the_cluster_rides_out_object_store_faults(
     finally:
         proxy.hook = None
     assert {kind for kind, _ in proxy.injected} >= {"complete_200_error", *kinds[:4]}
-    assert _tree(fs, "faulty/ds") == reference
+    assert s3_tree(fs, "faulty/ds") == reference
     assert _multipart_uploads(fs, "faulty/") == []

@@ -12,6 +12,7 @@ import os
 
 import pyarrow.fs as pafs
 import pytest
+from conftest import aws_test_env, s3_tree, tree_bytes
 
 from shardfeed import open_dataset
 from shardfeed.cli.main import main
@@ -34,14 +35,7 @@ CONVERT = ["--target-shard-size", "3KB", "--row-group-size", "1KB"]
 @pytest.fixture
 def aws(s3, monkeypatch, tmp_path):
     """Credentials and region from the usual AWS variables, and no endpoint yet."""
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true",
-        "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
-        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials"),
-    }.items():
+    for name, value in aws_test_env(tmp_path, None).items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     return s3
@@ -79,17 +73,6 @@ def reference(corpus, tmp_path_factory):
     return tree_bytes(dst)
 
 
-def tree_bytes(root) -> dict[str, bytes]:
-    """Every file under a local ``root`` as {relative posix path: bytes}."""
-    out = {}
-    for directory, _, names in os.walk(root):
-        for name in names:
-            path = os.path.join(directory, name)
-            with open(path, "rb") as handle:
-                out[os.path.relpath(path, root).replace(os.sep, "/")] = handle.read()
-    return out
-
-
 def _upload_dir(fs: pafs.FileSystem, local, prefix: str) -> None:
     pafs.copy_files(
         str(local),
@@ -97,16 +80,6 @@ def _upload_dir(fs: pafs.FileSystem, local, prefix: str) -> None:
         source_filesystem=pafs.LocalFileSystem(),
         destination_filesystem=fs,
     )
-
-
-def _tree(fs: pafs.FileSystem, prefix: str) -> dict[str, bytes]:
-    base = f"bucket/{prefix}/"
-    out = {}
-    for info in fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True)):
-        if info.type == pafs.FileType.File:
-            with fs.open_input_stream(info.path) as handle:
-                out[info.path[len(base) :]] = handle.read()
-    return out
 
 
 def _convert(src: str, dst: str, tmp_path, *extra: str) -> int:
@@ -121,7 +94,7 @@ def test_local_to_s3_then_inspect_verify_and_read(
     assert _convert(str(corpus), "s3://bucket/l2s", tmp_path, "--json") == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["dst"] == "s3://bucket/l2s" and summary["samples_out"] == ROWS
-    assert _tree(fs, "l2s") == reference  # byte-identical; the work dir on S3 is gone
+    assert s3_tree(fs, "l2s") == reference  # byte-identical; the work dir on S3 is gone
     # every file is sent once, straight to its key; the manifest last, the commit point
     assert sorted(sent) == sorted(reference) and sent[-1] == MANIFEST_PATH
     ds = open_dataset("s3://bucket/l2s")
@@ -150,7 +123,7 @@ def test_s3_to_s3_with_beam_endpoint_flag_only(aws, corpus, reference, tmp_path)
     assert "AWS_ENDPOINT_URL" not in os.environ
     argv = ["s3://bucket/flag/corpus", "s3://bucket/flag/ds", tmp_path]
     assert _convert(*argv, f"--s3_endpoint_url=http://{host}") == 0
-    assert _tree(fs, "flag/ds") == reference
+    assert s3_tree(fs, "flag/ds") == reference
     uri = with_endpoint("s3://bucket/flag/ds", f"http://{host}")
     assert verify_dataset(uri).ok and len(open_dataset(uri)) == ROWS
 
@@ -245,7 +218,7 @@ def test_failed_publish_leaves_no_manifest_and_a_rerun_completes(
 
     monkeypatch.setattr(StorePath, "upload", fail_on_manifest)
     assert _convert(str(corpus), "s3://bucket/crash", tmp_path) == 1
-    left = _tree(fs, "crash")
+    left = s3_tree(fs, "crash")
     assert MANIFEST_PATH not in left and any(k.startswith("data/") for k in left)
     assert any(k.startswith(".shardfeed-work/") for k in left)
     with pytest.raises(IncompleteDatasetError):
@@ -257,7 +230,7 @@ def test_failed_publish_leaves_no_manifest_and_a_rerun_completes(
         out.write(b"stale")
     monkeypatch.setattr(StorePath, "upload", real_upload)
     assert _convert(str(corpus), "s3://bucket/crash", tmp_path) == 0  # no --overwrite needed
-    assert _tree(fs, "crash") == reference
+    assert s3_tree(fs, "crash") == reference
     assert client.list_multipart_uploads(Bucket="bucket", Prefix="crash/").get("Uploads", []) == []
 
 
@@ -275,7 +248,7 @@ def test_temp_location_holds_the_work_dir(endpoint, corpus, reference, tmp_path,
     argv = [str(corpus), "s3://bucket/tl", tmp_path, "--temp_location", str(scratch)]
     assert _convert(*argv) == 0
     assert [str(w).startswith(str(scratch)) for w in seen] == [True]
-    assert _tree(endpoint, "tl") == reference and not seen[0].exists()
+    assert s3_tree(endpoint, "tl") == reference and not seen[0].exists()
 
 
 def test_overwrite_refused_then_manifest_deleted_first(
@@ -291,9 +264,9 @@ def test_overwrite_refused_then_manifest_deleted_first(
     prepare_remote(Target("bucket/ow", recording), overwrite=True)
     deleted = [path for op, path in recording.calls if op == "delete_file"]
     assert deleted[0] == f"bucket/ow/{MANIFEST_PATH}" and len(deleted) == len(reference)
-    assert set(_tree(fs, "ow")) == {"README.txt"}
+    assert set(s3_tree(fs, "ow")) == {"README.txt"}
     assert _convert(str(corpus), "s3://bucket/ow", tmp_path, "--overwrite") == 0
-    tree = _tree(fs, "ow")
+    tree = s3_tree(fs, "ow")
     assert tree.pop("README.txt") == b"mine" and tree == reference
 
 
@@ -363,7 +336,7 @@ def test_reader_side_commands_work_on_the_s3_dataset(endpoint, corpus, tmp_path,
     assert json.loads(capsys.readouterr().out)
     assert main(["hot", dst, "--weights", "column:n", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)
-    tree = _tree(endpoint, "reads")
+    tree = s3_tree(endpoint, "reads")
     assert "meta/shardfeed/assignments/run1.parquet" in tree
     assert "meta/shardfeed/hot_index.parquet" in tree
     assert verify_dataset(dst).ok

@@ -15,6 +15,7 @@ import itertools
 import numpy as np
 import pyarrow.fs as pafs
 import pytest
+from conftest import aws_test_env, s3_tree, tree_bytes
 from s3_proxy import FAULTS, RecordingProxy, Request, Schedule, WriteSchedule
 
 from shardfeed import open_dataset, write_dataset
@@ -263,17 +264,10 @@ def test_the_wrapper_keeps_the_filesystem_it_wraps(s3):
 @pytest.fixture
 def via_proxy(proxy, monkeypatch, tmp_path):
     """Every command of this process reaches S3 through the proxy, with fast retries."""
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true",
-        "AWS_CONFIG_FILE": str(tmp_path / "none"),
-        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
-        "AWS_ENDPOINT_URL": f"http://{proxy.host}",
-        retry.BACKOFF_ENV: "0.01",
-        object_upload.PART_SIZE_ENV: str(object_upload.MIN_PART_SIZE),
-    }.items():
+    env = aws_test_env(tmp_path, f"http://{proxy.host}")
+    env[retry.BACKOFF_ENV] = "0.01"
+    env[object_upload.PART_SIZE_ENV] = str(object_upload.MIN_PART_SIZE)
+    for name, value in env.items():
         monkeypatch.setenv(name, value)
     return proxy
 
@@ -301,11 +295,7 @@ def test_convert_and_the_commands_ride_out_faults(via_proxy, s3, tmp_path, capsy
         (corpus / f"part-{part}.jsonl").write_text("\n".join(lines) + "\n")
     args = ["--target-shard-size", "6MB", "--row-group-size", "1MB"]
     assert main(["convert", str(corpus), str(tmp_path / "ref"), *args]) == 0
-    reference = {
-        str(p.relative_to(tmp_path / "ref")): p.read_bytes()
-        for p in (tmp_path / "ref").rglob("*")
-        if p.is_file()
-    }
+    reference = tree_bytes(tmp_path / "ref")
     fs = s3[0]
     pafs.copy_files(str(corpus), "bucket/faults/src/corpus", pafs.LocalFileSystem(), fs)
     schedule = WriteSchedule([f for f in READ_FAULTS if f != "slow"], period=10)
@@ -330,11 +320,7 @@ def test_convert_and_the_commands_ride_out_faults(via_proxy, s3, tmp_path, capsy
     kinds = {kind for kind, _ in via_proxy.injected}
     assert kinds >= {"complete_200_error", "slowdown", "internal", "throttle", "drop_before"}
     for prefix in ("faults/l2s", "faults/s2s"):
-        tree = {}
-        for info in fs.get_file_info(pafs.FileSelector(f"bucket/{prefix}", recursive=True)):
-            if info.type == pafs.FileType.File:
-                with fs.open_input_stream(info.path) as handle:
-                    tree[info.path[len(f"bucket/{prefix}/") :]] = handle.read()
+        tree = s3_tree(fs, prefix)
         tree = {k: v for k, v in tree.items() if not k.startswith("meta/shardfeed/assignments/")}
         assert tree == reference, prefix
     assert sorted(seen) == sorted(f"{p}-{i}" for p in range(2) for i in range(1200))

@@ -478,6 +478,7 @@ def checked_outcomes(
 
 
 SIDECAR_THREADS = 16  # sidecar reads in flight: on an object store each is a round trip
+READ_AHEAD_ROWS = 1 << 18  # per-row arrays read ahead while the sample index is written
 
 
 def _read_outcomes(work: StorePath) -> list[ShardOutcome]:
@@ -512,13 +513,21 @@ class SidecarReload:
 
     def __call__(self, outcomes: Sequence[ShardOutcome]) -> Iterator[ShardOutcome]:
         with ThreadPoolExecutor(SIDECAR_THREADS, thread_name_prefix="shardfeed-sidecars") as pool:
-            ahead: collections.deque[Future[ShardOutcome]] = collections.deque()
+            ahead: collections.deque[tuple[int, Future[ShardOutcome]]] = collections.deque()
+            rows = 0
             for light in outcomes:
-                ahead.append(pool.submit(self.read, light.number))
-                if len(ahead) >= SIDECAR_THREADS:
-                    yield ahead.popleft().result()
+                # read ahead up to SIDECAR_THREADS shards, but never more than READ_AHEAD_ROWS
+                # rows' arrays beyond the one being written (one big shard at a time)
+                while ahead and (
+                    len(ahead) >= SIDECAR_THREADS or rows + light.record.rows > READ_AHEAD_ROWS
+                ):
+                    held, done = ahead.popleft()
+                    rows -= held
+                    yield done.result()
+                ahead.append((light.record.rows, pool.submit(self.read, light.number)))
+                rows += light.record.rows
             while ahead:
-                yield ahead.popleft().result()
+                yield ahead.popleft()[1].result()
 
 
 def move_rejects(root: str, work: StorePath, names: list[str]) -> list[FileRecord]:

@@ -474,3 +474,27 @@ def test_an_index_changed_behind_the_manifest_is_refused(small_dataset):
     with pytest.raises(SampleIndexError, match="sha256 does not match"):
         read_sample_bytes(root)
     assert SAMPLE_INDEX_PATH in {p.path for p in verify_dataset(root).problems}
+
+
+def test_sidecar_reads_ahead_by_rows_not_only_by_count(monkeypatch):
+    """Big shards are read back one at a time (their arrays are the O(samples) part); small
+    ones up to SIDECAR_THREADS ahead."""
+    from shardfeed.pipelines import driver
+    from shardfeed.schemas.manifest import ShardRecord
+
+    big = driver.READ_AHEAD_ROWS * 3 // 4
+    rows = [big, big, big, 10, 10, 10]
+    lights, start = [], 0
+    for number, n in enumerate(rows):
+        record = ShardRecord(f"data/{number}.parquet", 1, n, n, (n,), "0" * 64, start, start + n)
+        lights.append(ShardOutcome(number, record, {}, [], None, None))
+        start += n
+    read, held_when_yielded = [], []
+    monkeypatch.setattr(
+        driver.SidecarReload, "read", lambda self, number: read.append(number) or number
+    )
+    for number in driver.SidecarReload()(lights):
+        held_when_yielded.append(sorted(n for n in read if n > number))
+    # while a big shard is handed over, the next big one has not been read yet
+    assert held_when_yielded[:2] == [[], []]
+    assert read == list(range(6))

@@ -4,8 +4,10 @@
 #
 #   bash scripts/test_lerobot_interop.sh [pytest args...]
 #
-# Runs tests/interop/lerobot_load.py and tests/interop/torch_adapter.py in their own virtual
-# environment, .venv-lerobot (git-ignored; set LEROBOT_VENV to use another), so torch stays out of
+# Runs tests/interop/lerobot_load.py, tests/interop/torch_adapter.py and
+# tests/interop/torch_s3_faults.py (a DataLoader reading S3 from a moto server through object-store
+# faults) in their own virtual environment, .venv-lerobot (git-ignored; set LEROBOT_VENV to use
+# another), so torch stays out of
 # .venv. scripts/test.sh calls this after the main suite passes (SHARDFEED_SKIP_INTEROP=1 skips it
 # there). Sets SHARDFEED_CORPORA to ../shared/corpora when that folder exists and the variable is
 # not already set.
@@ -53,7 +55,7 @@ if [[ "$(cat "$STAMP" 2>/dev/null || true)" != "$WANT" ]]; then
     echo "test_lerobot_interop: installing torch==$TORCH, lerobot==$LEROBOT (--no-deps) and -e '.[beam]' into $VENV"
     pip_quiet "torch==$TORCH" "torchvision==$TORCHVISION" \
         "datasets>=4.0,<5" "huggingface-hub>=0.34.2,<0.36" "accelerate>=1.10,<2" "av>=15,<16" \
-        "pandas>=2.0" "packaging>=24.2,<26" "jsonlines>=4" "pytest>=8" -e '.[beam]'
+        "pandas>=2.0" "packaging>=24.2,<26" "jsonlines>=4" "pytest>=8" "moto[server]>=5.0" -e '.[beam]'
     pip_quiet --no-deps "lerobot==$LEROBOT"
     echo "$WANT" >"$STAMP"
 fi
@@ -68,7 +70,8 @@ trap 'rm -rf "$HF_TMP"' EXIT
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
 export HF_HOME="$HF_TMP" HF_LEROBOT_HOME="$HF_TMP/lerobot"
 
-echo "test_lerobot_interop: pytest tests/interop/lerobot_load.py tests/interop/torch_adapter.py $*"
+echo "test_lerobot_interop: pytest tests/interop/lerobot_load.py tests/interop/torch_adapter.py tests/interop/torch_s3_faults.py $*"
 # --confcutdir keeps tests/conftest.py (the main suite's fixtures) out of this venv
 "$VENV/bin/python" -m pytest tests/interop/lerobot_load.py tests/interop/torch_adapter.py \
+    tests/interop/torch_s3_faults.py \
     --confcutdir=tests/interop "$@"

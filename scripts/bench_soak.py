@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 import numpy as np  # noqa: E402
 import pyarrow.fs as pafs  # noqa: E402
-from s3_proxy import FAULTS, RecordingProxy  # noqa: E402
+from s3_proxy import FAULTS, RecordingProxy, s3_filesystem, start_moto  # noqa: E402
 
 from shardfeed import open_dataset, write_dataset  # noqa: E402
 from shardfeed.formats.retry import BACKOFF_ENV, retry_counts  # noqa: E402
@@ -59,22 +59,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--period must be at least 2")
     os.environ.setdefault(BACKOFF_ENV, "0.05")
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's request log
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    proxy = RecordingProxy(f"{host}:{port}").start()
+    server, host, direct = start_moto()
+    proxy = RecordingProxy(host).start()
     try:
-        direct = pafs.S3FileSystem(
-            access_key="testing",
-            secret_key="testing",
-            region="us-east-1",
-            scheme="http",
-            endpoint_override=f"{host}:{port}",
-            allow_bucket_creation=True,
-        )
-        direct.create_dir("bucket")
         rng = np.random.default_rng(0)
         with tempfile.TemporaryDirectory() as tmp:
             data = {
@@ -89,15 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             }
             write_dataset(tmp, features, data, target_shard_size="256KB", row_group_size="32KB")
             pafs.copy_files(tmp, "bucket/soak", pafs.LocalFileSystem(), direct)
-        client = pafs.S3FileSystem(
-            access_key="testing",
-            secret_key="testing",
-            region="us-east-1",
-            scheme="http",
-            endpoint_override=proxy.host,
-            request_timeout=1.0,
-            connect_timeout=1.0,
-        )
+        client = s3_filesystem(proxy.host, request_timeout=1.0, connect_timeout=1.0)
         uri = "s3://bucket/soak"
         clean_s, clean, clean_ok = run(client, uri, args.epochs)
         clean_requests = len(proxy.requests)

@@ -124,20 +124,19 @@ def s3():
 
     moto keeps its buckets per process, so every module's server sees the same objects: each
     test module writes under prefixes of its own."""
-    moto_server = pytest.importorskip("moto.server")
-    import pyarrow.fs as pafs
+    pytest.importorskip("moto.server")
+    from s3_proxy import start_moto
 
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    fs = pafs.S3FileSystem(
-        access_key="testing",
-        secret_key="testing",
-        region="us-east-1",
-        scheme="http",
-        endpoint_override=f"{host}:{port}",
-        allow_bucket_creation=True,
-    )
-    fs.create_dir("bucket")
-    yield fs, f"{host}:{port}"
+    server, host, fs = start_moto()
+    yield fs, host
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def proxy(s3):
+    """A recording, fault-injecting proxy (``s3_proxy.py``) in front of the module's server."""
+    from s3_proxy import RecordingProxy
+
+    recording = RecordingProxy(s3[1]).start()
+    yield recording
+    recording.stop()

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 ERROR_BODY = (
@@ -97,6 +98,33 @@ def client_pid(port: int) -> int | None:
         if pid.isdigit() and inode in _socket_inodes(pid):
             return int(pid)
     return None
+
+
+def s3_filesystem(host: str, **options: Any) -> Any:
+    """A pyarrow client with the test credentials of the moto server (or proxy) at ``host``."""
+    import pyarrow.fs as pafs
+
+    return pafs.S3FileSystem(
+        access_key="testing",
+        secret_key="testing",
+        region="us-east-1",
+        scheme="http",
+        endpoint_override=host,
+        **options,
+    )
+
+
+def start_moto() -> tuple[Any, str, Any]:
+    """A moto S3 server on loopback with a bucket named ``bucket``: ``(server, host:port,
+    filesystem)``; the caller stops the server."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    fs = s3_filesystem(f"{host}:{port}", allow_bucket_creation=True)
+    fs.create_dir("bucket")
+    return server, f"{host}:{port}", fs
 
 
 class RecordingProxy:

@@ -42,13 +42,6 @@ HOT = ["--hot-budget", "9MB"]  # one hot shard; the weights file is in a directo
 
 
 @pytest.fixture(scope="module")
-def proxy(s3):
-    recording = RecordingProxy(s3[1]).start()
-    yield recording
-    recording.stop()
-
-
-@pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     """About 24 MB of JSONL in three files, hard to compress, with one bad line."""
     root = tmp_path_factory.mktemp("jsonl") / "corpus"

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow.fs as pafs
 import pytest
 from conftest import aws_test_env, s3_tree, tree_bytes
-from s3_proxy import FAULTS, RecordingProxy, Request, Schedule, WriteSchedule
+from s3_proxy import FAULTS, RecordingProxy, Request, Schedule, WriteSchedule, s3_filesystem
 
 from shardfeed import open_dataset, write_dataset
 from shardfeed.formats import object_upload, retry
@@ -130,13 +130,6 @@ def test_the_environment_sets_the_policy(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def proxy(s3):
-    recording = RecordingProxy(s3[1]).start()
-    yield recording
-    recording.stop()
-
-
-@pytest.fixture(scope="module")
 def dataset_on_s3(s3, tmp_path_factory):
     """A small dataset written locally, then sent to S3 fault-free; its local copy."""
     rng = np.random.default_rng(5)
@@ -155,12 +148,8 @@ def dataset_on_s3(s3, tmp_path_factory):
 
 def _through(proxy: RecordingProxy) -> pafs.S3FileSystem:
     """A client of the proxy whose requests time out well before a slow answer comes."""
-    return pafs.S3FileSystem(
-        access_key="testing",
-        secret_key="testing",
-        region="us-east-1",
-        scheme="http",
-        endpoint_override=proxy.host,
+    return s3_filesystem(
+        proxy.host,
         request_timeout=1.0,
         connect_timeout=1.0,
         retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1),  # ours alone

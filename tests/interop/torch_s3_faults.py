@@ -22,12 +22,12 @@ import pytest
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the proxy
-from s3_proxy import RecordingProxy, Schedule
+from s3_proxy import RecordingProxy, Schedule, start_moto
 
 from shardfeed import write_dataset
 from shardfeed.torch import ShardIterableDataset
 
-moto_server = pytest.importorskip("moto.server")
+pytest.importorskip("moto.server")
 
 N = 3000
 FEATURES = {
@@ -41,19 +41,8 @@ KINDS = ["slowdown", "internal", "throttle", "drop_before", "drop_after", "trunc
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """A dataset on a moto server, and the proxy in front of it; AWS variables point there."""
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    proxy = RecordingProxy(f"{host}:{port}").start()
-    direct = pafs.S3FileSystem(
-        access_key="testing",
-        secret_key="testing",
-        region="us-east-1",
-        scheme="http",
-        endpoint_override=f"{host}:{port}",
-        allow_bucket_creation=True,
-    )
-    direct.create_dir("bucket")
+    server, host, direct = start_moto()
+    proxy = RecordingProxy(host).start()
     root = tmp_path_factory.mktemp("s3-torch") / "ds"
     rng = np.random.default_rng(1)
     write_dataset(

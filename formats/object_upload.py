@@ -83,9 +83,13 @@ def send(
     client = s3_client(filesystem)
     if client is not None:
         return _send_s3(client, reader, key, size, expect, what or key, progress)
-    digest = hashlib.sha256()
-    sent = 0
-    try:
+    start = reader.tell() if reader.seekable() else None
+
+    def attempt() -> tuple[int, str]:
+        if start is not None:
+            reader.seek(start)
+        digest = hashlib.sha256()
+        sent = 0
         with filesystem.open_output_stream(key) as out:
             while chunk := reader.read(_READ):
                 digest.update(chunk)
@@ -93,12 +97,18 @@ def send(
                 sent += len(chunk)
                 if progress is not None:
                     progress(len(chunk))
-        _check(expect, sent, digest.hexdigest(), what or key)
+        return sent, digest.hexdigest()
+
+    # a stream cannot be resumed: a transient failure sends the object again from its start,
+    # which a reader that cannot seek back does not allow
+    sent, sha256 = attempt() if start is None else retried(attempt, f"write {key}")
+    try:
+        _check(expect, sent, sha256, what or key)
     except SendMismatchError:
         with contextlib.suppress(OSError):
             filesystem.delete_file(key)
         raise
-    return sent, digest.hexdigest()
+    return sent, sha256
 
 
 def _check(expect: tuple[int, str] | None, sent: int, sha256: str, what: str) -> None:
@@ -117,8 +127,12 @@ def put_bytes(filesystem: pafs.FileSystem, key: str, data: bytes) -> None:
         bucket, _, name = key.partition("/")
         retried(lambda: client.put_object(Bucket=bucket, Key=name, Body=data), f"put s3://{key}")
         return
-    with filesystem.open_output_stream(key, compression=None) as out:
-        out.write(data)
+
+    def attempt() -> None:
+        with filesystem.open_output_stream(key, compression=None) as out:
+            out.write(data)
+
+    retried(attempt, f"write {key}")
 
 
 def _read_full(reader: BinaryIO, n: int) -> bytes:

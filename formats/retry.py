@@ -149,8 +149,8 @@ def _env_number(name: str, kind: type, default: float, low: float, high: float) 
 def is_transient(err: BaseException) -> bool:
     """Whether ``err`` is worth retrying: throttling, 5xx, dropped or refused connections,
     timeouts, a body cut short. A missing key, a denied request or bad arguments are not."""
-    if isinstance(err, (FileNotFoundError, PermissionError, IsADirectoryError)):
-        return False
+    if isinstance(err, (FileNotFoundError, PermissionError, IsADirectoryError, ObjectStoreIOError)):
+        return False  # an ObjectStoreIOError already had its retries: nested calls add none
     if isinstance(err, (ShortReadError, ConnectionError, TimeoutError)):
         return True
     response = getattr(err, "response", None)  # botocore's ClientError

@@ -20,7 +20,19 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from shardfeed.formats.retry import ShortReadError, retried
+from shardfeed.formats.retry import ShortReadError, io_timeout, retried
+
+
+def from_uri(uri: str) -> tuple[pafs.FileSystem, str]:
+    """The retrying filesystem and path an object-store URI names. On S3 the client's connect
+    and request timeouts come from ``SHARDFEED_IO_TIMEOUT`` (a URI cannot set them), so an
+    answer that never comes fails the request in bounded time and is retried."""
+    filesystem, path = pafs.FileSystem.from_uri(uri)
+    if isinstance(filesystem, pafs.S3FileSystem):
+        rebuild, (options,) = filesystem.__reduce__()
+        seconds = io_timeout()
+        filesystem = rebuild({**options, "connect_timeout": seconds, "request_timeout": seconds})
+    return retrying(filesystem), path
 
 
 def retrying(filesystem: pafs.FileSystem) -> pafs.FileSystem:

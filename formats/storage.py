@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import pyarrow.fs as pafs
 
-from shardfeed.formats.retrying_fs import retrying
+from shardfeed.formats.retrying_fs import from_uri, retrying
 from shardfeed.schemas.errors import ShardfeedError
 from shardfeed.schemas.paths import check_relative_path, resolve_within
 
@@ -251,7 +251,7 @@ def locate(uri: str | os.PathLike[str], filesystem: pafs.FileSystem | None = Non
         local = isinstance(filesystem, pafs.LocalFileSystem)
         return Location(retrying(filesystem), root, local, text)
     if "://" in text and not text.startswith("file://"):
-        fs, root = pafs.FileSystem.from_uri(text)
-        return Location(retrying(fs), root.rstrip("/"), False, text)
+        fs, root = from_uri(text)
+        return Location(fs, root.rstrip("/"), False, text)
     local = text[len("file://") :] if text.startswith("file://") else text
     return Location(pafs.LocalFileSystem(), os.path.abspath(local), True, text)

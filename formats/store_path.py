@@ -25,7 +25,7 @@ import pyarrow.fs as pafs
 
 from shardfeed.formats.atomic import atomic_write_bytes
 from shardfeed.formats.object_upload import put_bytes, upload_file
-from shardfeed.formats.retrying_fs import retrying, unwrap
+from shardfeed.formats.retrying_fs import from_uri, retrying, unwrap
 
 if TYPE_CHECKING:
     from shardfeed.formats.storage import Location
@@ -49,8 +49,8 @@ class StorePath:
         ``endpoint_override`` configure the filesystem)."""
         text = os.fspath(uri)
         if is_remote(text):
-            filesystem, path = pafs.FileSystem.from_uri(text)
-            return cls(path.rstrip("/"), retrying(filesystem))
+            filesystem, path = from_uri(text)
+            return cls(path.rstrip("/"), filesystem)
         return cls(os.path.abspath(text.removeprefix("file://")))
 
     @classmethod

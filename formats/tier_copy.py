@@ -26,6 +26,7 @@ import pyarrow.fs as pafs
 
 from shardfeed.formats.atomic import fsync_dir, is_temp_name, temp_name
 from shardfeed.formats.object_upload import SendMismatchError, s3_client, send
+from shardfeed.formats.retry import retried
 from shardfeed.formats.retrying_fs import retrying
 from shardfeed.formats.storage import Location
 from shardfeed.schemas.errors import ShardfeedError
@@ -95,10 +96,28 @@ def copy_file(
     """Copy ``rel`` from ``source`` to ``target`` and publish it only once its size and sha256
     match. ``before_write(temp_path, size)`` may prepare the local temporary file (Lustre
     striping creates it with a layout); ``progress(n)`` hears every chunk."""
-    final = target.path(rel)
-    if not target.is_local and s3_client(target.filesystem) is not None:
+    if target.is_local:
+        _copy_through_temp(source, target, rel, size, sha256, before_write, progress)
+    elif s3_client(target.filesystem) is not None:
         _send_to_s3(source, target, rel, size, sha256, progress)
-        return
+    else:  # another object store: a stream cannot be resumed, so the whole copy is retried
+        retried(
+            lambda: _copy_through_temp(source, target, rel, size, sha256, None, progress),
+            f"copy {source.display}/{rel} to {target.path(rel)}",
+        )
+
+
+def _copy_through_temp(
+    source: Location,
+    target: Target,
+    rel: str,
+    size: int,
+    sha256: str,
+    before_write: Callable[[str, int], None] | None,
+    progress: Callable[[int], None] | None,
+) -> None:
+    """Copy to a temporary name, check size and sha256, then rename it to its final name."""
+    final = target.path(rel)
     temp = temp_name(final)
     if target.is_local:
         os.makedirs(os.path.dirname(final) or ".", exist_ok=True)

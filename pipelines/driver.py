@@ -10,6 +10,8 @@ import collections
 import hashlib
 import json
 import os
+import re
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -49,7 +51,7 @@ from shardfeed.pipelines.plan_stage import (
     read_plan_info,
 )
 from shardfeed.pipelines.progress import WorkDirProgress
-from shardfeed.pipelines.runners import make_runner
+from shardfeed.pipelines.runners import make_runner, quiet_workers
 from shardfeed.pipelines.spec_stage import spec_outcome
 from shardfeed.pipelines.stats_combine import load_merged_stats
 from shardfeed.schemas.errors import ShardfeedError
@@ -239,7 +241,7 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
     if hot is not None:  # the planning worker reads the weights from the work directory
         hot = hot.copied_to(graph.work)
     files = source.files()
-    pipeline_options = PipelineOptions(list(beam_args))
+    pipeline_options = PipelineOptions(quiet_workers(beam_args))
     clock.mark("open")
 
     # data-typed sources (JSONL, Parquet, ...) infer their schema from every file first, in the
@@ -371,7 +373,11 @@ def _run(options: PipelineOptions, build: Callable[[beam.Pipeline], object]) -> 
 
 def _cluster_failure(err: Exception) -> ShardfeedError | None:
     """A one-line error for a failure of the cluster itself (a Dask worker that died on every
-    attempt at a task, a lost scheduler), which no input caused; None for anything else."""
+    attempt at a task, a lost scheduler), which no input caused, or for shardfeed's own error
+    raised in an SDK worker process and handed back as text; None for anything else."""
+    remote = _remote_shardfeed_error(err)
+    if remote is not None:
+        return remote
     if not type(err).__module__.startswith("distributed"):
         return None
     what = str(err).split(". ")[0].strip() or type(err).__name__
@@ -379,6 +385,25 @@ def _cluster_failure(err: Exception) -> ShardfeedError | None:
         f"the Dask cluster failed ({type(err).__name__}: {what}); nothing was published. Run the "
         "same command again: the shards already written are kept"
     )
+
+
+_REMOTE_ERROR = re.compile(r"^(shardfeed(?:\.\w+)+): (.+)$", re.MULTILINE)
+
+
+def _remote_shardfeed_error(err: Exception) -> ShardfeedError | None:
+    """Beam's multi-process runner raises a worker's failure as ``RuntimeError(traceback text)``:
+    when its last exception is one of shardfeed's own errors, that error's one line."""
+    if type(err) is not RuntimeError:
+        return None
+    found = _REMOTE_ERROR.findall(str(err)[-100_000:])
+    if not found:
+        return None
+    name, message = found[-1]
+    module, _, cls_name = name.rpartition(".")
+    cls = getattr(sys.modules.get(module), cls_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, ShardfeedError)):
+        return None
+    return ShardfeedError(message.strip())
 
 
 def only_leftovers(dst: StorePath, work: StorePath) -> bool:

@@ -9,6 +9,7 @@ starts a ``distributed.LocalCluster`` for the run).
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator, Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
@@ -18,6 +19,24 @@ from shardfeed.schemas.errors import ShardfeedError
 
 LOCAL_RUNNERS = {None, "", "direct", "directrunner", "fnapirunner"}
 DASK_RUNNERS = {"dask", "daskrunner"}
+
+
+#: Loggers of Beam's SDK workers that log a failing step's traceback before the same error is
+#: raised to the driver, which says it once, in one line.
+WORKER_ERROR_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.worker.sdk_worker")
+
+
+def quiet_workers(beam_args: Sequence[str]) -> list[str]:
+    """``beam_args`` with SDK worker processes (``--direct_running_mode=multi_processing``)
+    logging warnings and up, not every channel they open, and their failing step's traceback
+    left to the driver; a log level the user set is kept."""
+    args = list(beam_args)
+    if not any(a.startswith("--default_sdk_harness_log_level") for a in args):
+        args.append("--default_sdk_harness_log_level=WARNING")
+    if not any(a.startswith("--sdk_harness_log_level_overrides") for a in args):
+        overrides = {name: "CRITICAL" for name in WORKER_ERROR_LOGGERS}
+        args.append(f"--sdk_harness_log_level_overrides={json.dumps(overrides)}")
+    return args
 
 
 def make_runner(options: PipelineOptions) -> PipelineRunner | str:

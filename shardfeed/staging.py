@@ -24,6 +24,7 @@ import pyarrow.fs as pafs
 from shardfeed.dataset_source import DatasetSource
 from shardfeed.formats.atomic import TMP_MARKER, atomic_write_bytes, is_temp_name
 from shardfeed.formats.reader import Dataset
+from shardfeed.formats.retrying_fs import from_uri
 from shardfeed.formats.tier_copy import Target, copy_if_needed, remove_temporaries
 from shardfeed.planning.staging import CopyTask, StagePlan, TierPlan, plan_staging
 from shardfeed.schemas.assignment import ASSIGNMENTS_DIR
@@ -307,7 +308,7 @@ def tier_target(uri: str, filesystem: pafs.FileSystem | None) -> Target:
     if "://" not in uri:
         return Target(uri)
     if filesystem is None:
-        filesystem, root = pafs.FileSystem.from_uri(uri)
+        filesystem, root = from_uri(uri)
         return Target(root.rstrip("/"), filesystem)
     return Target(uri.split("://", 1)[1].rstrip("/"), filesystem)
 

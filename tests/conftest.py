@@ -24,6 +24,18 @@ SMALL_SPEC = FeatureSpec(
 )
 
 
+@pytest.fixture(autouse=True)
+def _root_log_handlers():
+    """Beam's PipelineOptions calls ``logging.basicConfig()``, which binds a root handler to the
+    stderr of the moment (a test's captured stream, closed after it); drop what a test added."""
+    import logging
+
+    root = logging.getLogger()
+    before = list(root.handlers)
+    yield
+    root.handlers[:] = before
+
+
 def small_data(n: int, seed: int = 0) -> dict[str, Any]:
     """Deterministic columns for SMALL_SPEC (about 30 payload bytes per row)."""
     rng = np.random.default_rng(seed)

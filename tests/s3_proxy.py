@@ -117,8 +117,11 @@ def s3_filesystem(host: str, **options: Any) -> Any:
 def start_moto() -> tuple[Any, str, Any]:
     """A moto S3 server on loopback with a bucket named ``bucket``: ``(server, host:port,
     filesystem)``; the caller stops the server."""
+    import logging
+
     from moto.server import ThreadedMotoServer
 
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # not a line per request
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()

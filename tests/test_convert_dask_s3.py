@@ -310,20 +310,22 @@ def test_the_cluster_rides_out_object_store_faults(
     s3, s3_corpus, weights, reference, cluster, proxy, monkeypatch
 ):
     """Workers and driver through one failed request in ten (SlowDown, 500, 429, connections
-    dropped before and after the store, bodies cut off midway) and every other multipart
+    dropped before and after the store, bodies cut off midway, answers later than the client
+    waits) and every other multipart
     complete answered 200 with an error body: the published objects are the local run's."""
     from shardfeed.formats import retry
 
     monkeypatch.setenv(retry.BACKOFF_ENV, "0.01")  # the driver's; the workers keep the default
+    monkeypatch.setenv(retry.TIMEOUT_ENV, "1")  # pickled with the filesystems the workers get
     fs = s3[0]
     cluster, _ = cluster
-    kinds = ["slowdown", "internal", "throttle", "drop_before", "drop_after", "truncate"]
+    kinds = ["slowdown", "internal", "throttle", "drop_before", "drop_after", "truncate", "slow"]
     proxy.hook = WriteSchedule(kinds, period=10)
     proxy.injected.clear()
     try:
         assert _convert(s3_corpus, "s3://bucket/faulty/ds", cluster.scheduler_address, weights) == 0
     finally:
         proxy.hook = None
-    assert {kind for kind, _ in proxy.injected} >= {"complete_200_error", *kinds[:4]}
+    assert {kind for kind, _ in proxy.injected} >= {"complete_200_error", *kinds}
     assert s3_tree(fs, "faulty/ds") == reference
     assert _multipart_uploads(fs, "faulty/") == []

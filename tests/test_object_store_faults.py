@@ -11,6 +11,7 @@ attempts, and never call a healthy shard corrupt.
 from __future__ import annotations
 
 import itertools
+import os
 
 import numpy as np
 import pyarrow.fs as pafs
@@ -255,6 +256,7 @@ def via_proxy(proxy, monkeypatch, tmp_path):
     """Every command of this process reaches S3 through the proxy, with fast retries."""
     env = aws_test_env(tmp_path, f"http://{proxy.host}")
     env[retry.BACKOFF_ENV] = "0.01"
+    env[retry.TIMEOUT_ENV] = "1"  # well before the proxy's slow answers
     env[object_upload.PART_SIZE_ENV] = str(object_upload.MIN_PART_SIZE)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -263,7 +265,7 @@ def via_proxy(proxy, monkeypatch, tmp_path):
 
 def test_convert_and_the_commands_ride_out_faults(via_proxy, s3, tmp_path, capsys):
     """local -> s3 and s3 -> s3 conversions (shards in two parts each) through one fault in ten
-    of every kind but the slow answer: byte-identical to the local conversion; then inspect,
+    of every kind: byte-identical to the local conversion; then inspect,
     verify, assign and the loader read the result through the same faults."""
     import base64
     import json
@@ -287,7 +289,7 @@ def test_convert_and_the_commands_ride_out_faults(via_proxy, s3, tmp_path, capsy
     reference = tree_bytes(tmp_path / "ref")
     fs = s3[0]
     pafs.copy_files(str(corpus), "bucket/faults/src/corpus", pafs.LocalFileSystem(), fs)
-    schedule = WriteSchedule([f for f in READ_FAULTS if f != "slow"], period=10)
+    schedule = WriteSchedule(READ_FAULTS, period=10)
     via_proxy.hook = schedule
     via_proxy.injected.clear()
     try:
@@ -307,7 +309,14 @@ def test_convert_and_the_commands_ride_out_faults(via_proxy, s3, tmp_path, capsy
     finally:
         via_proxy.hook = None
     kinds = {kind for kind, _ in via_proxy.injected}
-    assert kinds >= {"complete_200_error", "slowdown", "internal", "throttle", "drop_before"}
+    assert kinds >= {
+        "complete_200_error",
+        "slowdown",
+        "internal",
+        "throttle",
+        "drop_before",
+        "slow",
+    }
     for prefix in ("faults/l2s", "faults/s2s"):
         tree = s3_tree(fs, prefix)
         tree = {k: v for k, v in tree.items() if not k.startswith("meta/shardfeed/assignments/")}
@@ -320,7 +329,6 @@ def test_a_complete_whose_answer_was_lost_counts_as_done(proxy, monkeypatch):
     and the object's ETag (md5 of the parts' md5s) shows the first attempt made it."""
     import hashlib
     import io
-    import os
 
     monkeypatch.setenv(object_upload.PART_SIZE_ENV, str(object_upload.MIN_PART_SIZE))
     monkeypatch.setenv(retry.BACKOFF_ENV, "0.01")
@@ -357,7 +365,7 @@ def test_stage_and_warm_ride_out_faults(via_proxy, s3, tmp_path):
 
     src = dataset(tmp_path / "faultds", n=120, hot_shards=2)
     config = tiers_toml(tmp_path)
-    kinds = ["throttle", "truncate", "slowdown", "internal", "drop_before", "drop_after"]
+    kinds = ["throttle", "truncate", "slowdown", "internal", "drop_before", "drop_after", "slow"]
     via_proxy.hook = WriteSchedule(kinds, period=5)
     via_proxy.injected.clear()
     try:
@@ -374,31 +382,155 @@ def test_stage_and_warm_ride_out_faults(via_proxy, s3, tmp_path):
     assert verify_dataset(tmp_path / "pfs" / "faultds").ok
 
 
-@pytest.mark.parametrize("command", ["inspect", "verify", "assign", "convert"])
+def _every(request: Request, port: int) -> str:
+    return "slowdown"
+
+
+def _writes_under(prefix: str):
+    """503 for every write (a put, a part, a start or complete of an upload) under ``prefix``."""
+
+    def hook(request: Request, port: int) -> str | None:
+        writing = request.method in ("PUT", "POST") and request.key.startswith(prefix)
+        return "slowdown" if writing else None
+
+    return hook
+
+
+def _shard_reads(request: Request, port: int) -> str | None:
+    return "slowdown" if request.method == "GET" and "/data/" in request.key else None
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "inspect",
+        "verify",
+        "assign",
+        "convert",
+        "convert-shards",
+        "convert-workers",
+        "stage",
+        "warm",
+    ],
+)
 def test_permanent_faults_end_each_command_in_one_line(
     via_proxy, s3, dataset_on_s3, tmp_path, monkeypatch, capsys, command
 ):
-    """Every request after the first few answered 503: the command fails within its bounded
-    time, with one line naming the object and the attempts; no traceback, nothing published."""
+    """Every request answered 503 (or, mid-run: every shard a conversion's workers send, every
+    write of a stage, every shard read of a warm): the command fails within its bounded time,
+    with one line naming the object and the attempts; no traceback, nothing published."""
+    from staging_fixtures import tiers_toml
+
     from shardfeed.cli.main import main
 
-    monkeypatch.setenv(retry.ATTEMPTS_ENV, "2")
+    monkeypatch.delenv(retry.ATTEMPTS_ENV, raising=False)  # the flag sets it, for workers too
     ds = "s3://bucket/faults/ds"
     world = ["--nodes", "1", "--gpus-per-node", "1", "--name", "never"]
     src = str(dataset_on_s3 / "data")
-    argv = {
-        "inspect": ["inspect", ds],
-        "verify": ["verify", ds],
-        "assign": ["assign", ds, *world],
-        "convert": ["convert", src, "s3://bucket/faults/never", "--from", "parquet"],
+    tiers = ["--tiers", str(tiers_toml(tmp_path))]
+    workers = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+    argv, hook = {
+        "inspect": (["inspect", ds], _every),
+        "verify": (["verify", ds], _every),
+        "assign": (["assign", ds, *world], _every),
+        "convert": (["convert", src, "s3://bucket/faults/never", "--from", "parquet"], _every),
+        "convert-shards": (
+            ["convert", src, "s3://bucket/faults/never2", "--from", "parquet"],
+            _writes_under("faults/never2/data/"),
+        ),
+        "convert-workers": (  # SDK worker processes: Beam hands their error back as text
+            ["convert", src, "s3://bucket/faults/never2", "--from", "parquet", *workers],
+            _writes_under("faults/never2/data/"),
+        ),
+        "stage": (["stage", str(dataset_on_s3), *tiers, "--tier", "cold"], _writes_under("")),
+        "warm": (
+            ["warm", ds, *tiers, "--node-rank", "0", "--nodes", "1", "--assignment", "warmed"],
+            _shard_reads,
+        ),
     }[command]
-    via_proxy.hook = lambda request, port: "slowdown"
+    if command == "warm":  # the shards a node warms are those its assignment reads
+        assert main(["assign", ds, "--nodes", "1", "--gpus-per-node", "1", "--name", "warmed"]) == 0
+    via_proxy.hook = hook
     try:
-        code = main(argv)
+        code = main(["--io-attempts", "2", *argv])
     finally:
         via_proxy.hook = None
     err = capsys.readouterr().err
-    assert code != 0
+    assert code != 0 and retry.ATTEMPTS_ENV not in os.environ
     lines = [line for line in err.splitlines() if line.startswith("shardfeed:")]
     assert len(lines) == 1 and "failed after 2 attempt(s)" in lines[0], err
+    assert "s3://bucket/" in lines[0], lines[0]  # the object is named
     assert "Traceback" not in err and "corrupt" not in err.lower()
+    fs = s3[0]
+    for published in ("faults/never2", "datasets/ds"):
+        manifest = f"bucket/{published}/meta/shardfeed/manifest.json"
+        assert fs.get_file_info(manifest).type == pafs.FileType.NotFound
+    nvme = tmp_path / "nvme"
+    assert not nvme.exists() or not [p for p in nvme.rglob("*.parquet")]
+
+
+def test_uris_give_clients_the_io_timeout(monkeypatch):
+    """An answer that never comes fails its request in bounded time, to be retried: every
+    filesystem a URI names has ``SHARDFEED_IO_TIMEOUT`` as its connect and request timeout."""
+    from shardfeed.formats.storage import locate
+    from shardfeed.formats.store_path import StorePath
+    from shardfeed.staging import tier_target
+
+    monkeypatch.setenv(retry.TIMEOUT_ENV, "2.5")
+    uri = "s3://bucket/ds?endpoint_override=127.0.0.1:9&scheme=http"
+    named = [
+        locate(uri).filesystem,
+        StorePath.of(uri).filesystem,
+        tier_target(uri, None).filesystem,
+    ]
+    for filesystem in named:
+        options = unwrap(filesystem).__reduce__()[1][0]
+        assert (options["connect_timeout"], options["request_timeout"]) == (2.5, 2.5)
+        assert options["endpoint_override"] == "127.0.0.1:9"
+
+
+def test_streams_to_other_stores_are_sent_again_after_a_fault(
+    proxy, monkeypatch, tmp_path, fast_retries
+):
+    """Stores without the boto3 sender (GCS, Azure) get whole objects through pyarrow's output
+    streams, which cannot resume: a transient failure sends the object again from its start.
+    Driven through S3's pyarrow stream with boto3 taken away and the SDK's own retries off."""
+    import hashlib
+
+    from shardfeed.formats import tier_copy
+    from shardfeed.formats.storage import locate
+
+    monkeypatch.setattr(object_upload, "s3_client", lambda filesystem: None)
+    monkeypatch.setattr(tier_copy, "s3_client", lambda filesystem: None)
+    fs = retrying(_through(proxy))
+    data = os.urandom(300_000)
+    (tmp_path / "blob.bin").write_bytes(data)
+    digest = hashlib.sha256(data).hexdigest()
+    kinds = ["slowdown", "internal", "throttle", "drop_before", "drop_after"]
+    writes_seen = itertools.count()
+
+    def spaced_write_faults(request: Request, port: int) -> str | None:
+        """Faults on the 1st, 3rd, 6th, 10th and 15th write: each stream (a start, parts and a
+        complete) fails at least once, and a retry gets further before the next fault."""
+        if request.method not in ("PUT", "POST"):
+            return None
+        n = next(writes_seen)
+        return kinds[n % len(kinds)] if n in {0, 2, 5, 9, 14} else None
+
+    proxy.hook = spaced_write_faults
+    proxy.injected.clear()
+    try:
+        object_upload.upload_file(
+            fs, str(tmp_path / "blob.bin"), "bucket/streams/sent.bin", (len(data), digest)
+        )
+        object_upload.put_bytes(fs, "bucket/streams/put.bin", data[:1000])
+        target = tier_copy.Target("bucket/streams/tier", fs)
+        tier_copy.copy_file(locate(tmp_path), target, "blob.bin", len(data), digest)
+    finally:
+        proxy.hook = None
+    writes = [r for kind, r in proxy.injected if r.method in ("PUT", "POST")]
+    assert len(writes) >= 3, proxy.injected
+    want = {"sent.bin": data, "put.bin": data[:1000], "tier/blob.bin": data}
+    for name, content in want.items():
+        with fs.open_input_stream(f"bucket/streams/{name}") as handle:
+            assert handle.read() == content, name

@@ -196,6 +196,34 @@ def _quiet_imports():
         root.setLevel(level)
 
 
+#: Beam loggers that log a failing step's traceback before raising the same error to the driver
+BEAM_ERROR_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.worker.sdk_worker")
+
+
+class _DropTracebacks(logging.Filter):
+    """Drop log records that carry a traceback: the error reaches the driver and is printed
+    there in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.exc_info is None and "Traceback (most recent call last)" not in str(
+            record.msg
+        )
+
+
+@contextlib.contextmanager
+def _errors_once():
+    """While the pipeline runs, a worker's failure is said once, by the driver."""
+    dropper = _DropTracebacks()
+    loggers = [logging.getLogger(name) for name in BEAM_ERROR_LOGGERS]
+    for logger in loggers:
+        logger.addFilter(dropper)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(dropper)
+
+
 def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     try:
         with _quiet_imports():
@@ -251,7 +279,10 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         splits=splits,
     )
     try:
-        with dask_args(beam_args, args.dask_address, args.dask_local_workers) as runner_args:
+        with (
+            dask_args(beam_args, args.dask_address, args.dask_local_workers) as runner_args,
+            _errors_once(),
+        ):
             summary = run_convert(config, runner_args)
     except TooManyRejectsError as err:
         return fail(str(err))

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 
@@ -22,6 +24,7 @@ from shardfeed.cli import (
     warm_cmd,
 )
 from shardfeed.cli._common import EXIT_FAILED, fail
+from shardfeed.formats import retry
 from shardfeed.schemas.errors import ShardfeedError
 
 COMMANDS = (
@@ -44,6 +47,25 @@ def build_parser() -> argparse.ArgumentParser:
         description="Offline dataset sharding for GPU training: inspect and verify size-balanced, checksummed shards.",
     )
     parser.add_argument("--version", action="version", version=f"shardfeed {__version__}")
+    io = parser.add_argument_group(
+        "object-store retries (before COMMAND; each also an environment variable, which worker "
+        "processes on other machines must be given themselves; see docs/RELIABILITY.md)"
+    )
+    io.add_argument(
+        "--io-attempts",
+        metavar="N",
+        help=f"attempts per object-store call, the first included ({retry.ATTEMPTS_ENV}, 10)",
+    )
+    io.add_argument(
+        "--io-retry-seconds",
+        metavar="S",
+        help=f"total time one call may take with its waits ({retry.SECONDS_ENV}, 120)",
+    )
+    io.add_argument(
+        "--io-timeout",
+        metavar="S",
+        help=f"connect and request timeout of one request ({retry.TIMEOUT_ENV}, 60)",
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in COMMANDS:
         command.add_parser(subparsers)
@@ -59,7 +81,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra and not getattr(args, "accepts_extra", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
-        return args.run(args, extra) if getattr(args, "accepts_extra", False) else args.run(args)
+        with _io_settings(args):
+            if getattr(args, "accepts_extra", False):
+                return args.run(args, extra)
+            return args.run(args)
     except (ShardfeedError, ValueError) as err:  # bad input or arguments: a message, no traceback
         return fail(str(err))
     except BrokenPipeError:  # e.g. `shardfeed inspect ds | head`; before OSError, its base
@@ -68,6 +93,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(f"{type(err).__name__}: {err}")
     except KeyboardInterrupt:
         return fail("interrupted", 130)
+
+
+@contextlib.contextmanager
+def _io_settings(args: argparse.Namespace) -> Iterator[None]:
+    """The retry flags, set as their environment variables for the command (and the worker
+    processes it starts), checked first; the environment is restored afterwards."""
+    given = {
+        retry.ATTEMPTS_ENV: args.io_attempts,
+        retry.SECONDS_ENV: args.io_retry_seconds,
+        retry.TIMEOUT_ENV: args.io_timeout,
+    }
+    given = {name: value for name, value in given.items() if value is not None}
+    before = {name: os.environ.get(name) for name in given}
+    os.environ.update(given)
+    try:
+        retry.RetryPolicy.from_env()  # a bad value is one line before any work
+        retry.io_timeout()
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 if __name__ == "__main__":

@@ -12,9 +12,10 @@ attempts and the last error, never a corruption error. Settings come from the en
 ``SHARDFEED_IO_ATTEMPTS``       attempts per call, the first included                  10
 ``SHARDFEED_IO_RETRY_SECONDS``  total time a call may take with its waits               120
 ``SHARDFEED_IO_BACKOFF``        base of the backoff, seconds (cap: 64 times it)         0.25
-``SHARDFEED_IO_TIMEOUT``        seconds a request of a whole-object send may take       60
+``SHARDFEED_IO_TIMEOUT``        connect and request timeout of one request, seconds     60
 ==============================  ====================================================  =======
 
+The CLI's ``--io-attempts``, ``--io-retry-seconds`` and ``--io-timeout`` set the same variables.
 The defaults ride out a throttling burst of tens of seconds. Retries are counted per process
 (:func:`retry_counts`), for ``ShardLoader.metrics()`` and verify's summary.
 """

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import Iterator, Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
@@ -84,13 +85,23 @@ def dask_args(
         raise ShardfeedError(
             "--dask-local-workers needs Dask: pip install 'shardfeed[dask]'"
         ) from None
-    with LocalCluster(
-        n_workers=local_workers, threads_per_worker=1, processes=True, dashboard_address=None
-    ) as cluster:
-        try:
-            yield [*args, f"--dask_client_address={cluster.scheduler_address}"]
-        finally:
-            _close_default_client()
+    quiet = logging.getLogger("distributed")  # its scheduler and nannies live in this process
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
+    try:
+        with LocalCluster(
+            n_workers=local_workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            silence_logs=logging.CRITICAL,  # a failed task reaches the driver, said there once
+        ) as cluster:
+            try:
+                yield [*args, f"--dask_client_address={cluster.scheduler_address}"]
+            finally:
+                _close_default_client()
+    finally:
+        quiet.setLevel(level)
 
 
 def _close_default_client() -> None:

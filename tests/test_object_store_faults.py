@@ -534,3 +534,33 @@ def test_streams_to_other_stores_are_sent_again_after_a_fault(
     for name, content in want.items():
         with fs.open_input_stream(f"bucket/streams/{name}") as handle:
             assert handle.read() == content, name
+
+
+def test_a_dask_run_failed_by_the_store_prints_one_line(via_proxy, dataset_on_s3, tmp_path):
+    """``convert --dask-local-workers 2`` as a user runs it, every shard upload answered 503:
+    the whole terminal output (driver, scheduler, workers) is one line naming the object and
+    the attempts; no traceback, no ``Compute Failed`` log, no cluster chatter."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("distributed")
+    src, dst = str(dataset_on_s3 / "data"), "s3://bucket/faults/dasknever"
+    argv = ["--io-attempts", "2", "convert", src, dst, "--from", "parquet"]
+    via_proxy.hook = _writes_under("faults/dasknever/data/")
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "shardfeed.cli.main", *argv, "--dask-local-workers", "2"],
+            env={**os.environ, "PYTHONWARNINGS": "ignore"},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        via_proxy.hook = None
+    assert proc.returncode == 1, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    noise = [line for line in lines if not line.startswith(("shardfeed:", "WARNING:"))]
+    assert noise == [], proc.stderr  # Beam's import-time warnings aside
+    errors = [line for line in lines if line.startswith("shardfeed:")]
+    assert len(errors) == 1 and "failed after 2 attempt(s)" in errors[0], proc.stderr
+    assert "s3://bucket/faults/dasknever/data/" in errors[0]

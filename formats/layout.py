@@ -13,6 +13,8 @@ SHARDFEED_META_DIR = "meta/shardfeed"
 LISTED_DIRS = ("data", "videos")
 #: Everything a dataset writer owns; ``--overwrite`` clears these (manifest first).
 DATASET_DIRS = ("data", "videos", "meta")
+#: The writer lease of a dataset directory (formats/writer_lease.py): not dataset content.
+LEASE_NAME = ".shardfeed-lease"
 
 
 def chunk_file_index(number: int, chunks_size: int = DEFAULT_CHUNKS_SIZE) -> tuple[int, int]:

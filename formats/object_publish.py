@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
-from shardfeed.formats.layout import DATASET_DIRS
+from shardfeed.formats.layout import DATASET_DIRS, LEASE_NAME
 from shardfeed.formats.publish import DatasetExistsError
 from shardfeed.formats.store_path import is_remote
 from shardfeed.formats.tier_copy import Target, remove_temporaries
@@ -79,7 +79,7 @@ def prepare_remote(target: Target, overwrite: bool, leftovers: Sequence[str] = (
     keys = _keys(target)
     if not overwrite:
         ours = (*DATASET_DIRS, *leftovers)
-        foreign = [k for k in keys if k.split("/", 1)[0] not in ours]
+        foreign = [k for k in keys if k.split("/", 1)[0] not in ours and k != LEASE_NAME]
         if foreign:
             raise DatasetExistsError(
                 f"{target.root} already holds files ({foreign[0]}, ...); pass --overwrite to "

@@ -27,7 +27,13 @@ from shardfeed.formats.columns import column_to_numpy
 from shardfeed.formats.cost import COST_CHOICES, cost_buckets, resolve_cost_kind, row_cost
 from shardfeed.formats.encoding import get_encoding
 from shardfeed.formats.image_stats import image_stats_per_episode
-from shardfeed.formats.layout import DATASET_DIRS, chunk_file_index, data_path, episodes_path
+from shardfeed.formats.layout import (
+    DATASET_DIRS,
+    LEASE_NAME,
+    chunk_file_index,
+    data_path,
+    episodes_path,
+)
 from shardfeed.formats.meta_writer import (
     EpisodeRecord,
     EpisodeVideo,
@@ -233,7 +239,8 @@ class ShardOutcome:
 def prepare_root(root: str, overwrite: bool) -> None:
     """Create ``root``; refuse a non-empty one unless ``overwrite`` (manifest deleted first)."""
     manifest = os.path.join(root, MANIFEST_PATH)
-    if os.path.isdir(root) and os.listdir(root):
+    held = os.listdir(root) if os.path.isdir(root) else []
+    if [name for name in held if name != LEASE_NAME]:  # the writer's own lease is not content
         if not overwrite:
             what = "a dataset" if os.path.exists(manifest) else "files"
             raise DatasetExistsError(
@@ -345,6 +352,7 @@ def publish(
     splits: Sequence[tuple[str, int]] = (),
     duplicates: Duplicates | None = None,
     reload: Callable[[Sequence[ShardOutcome]], Iterable[ShardOutcome]] | None = None,
+    commit: Callable[[bytes], None] | None = None,
 ) -> Manifest:
     """Write stats, tasks, episodes, info and the sample index from the shard outcomes, then the
     manifest, last.
@@ -361,7 +369,9 @@ def publish(
     ``stats``: the outcomes' stats already merged in shard order (a pipeline's CombineFn did it);
     by default they are merged here. ``hot_shards``: how many leading shards hold the hot set.
     ``splits``: ``(name, shard count)`` per named split, in shard order (``convert --split``);
-    recorded in the manifest and as ``info.json`` ranges (episodes for episodic data, else rows)."""
+    recorded in the manifest and as ``info.json`` ranges (episodes for episodic data, else rows).
+    ``commit(bytes)`` writes the manifest (the publish itself, e.g. a compare-and-swap,
+    ``formats/manifest_commit.py``); by default it is written atomically under ``root``."""
     outcomes = sorted(outcomes, key=lambda o: o.number)
     if [o.number for o in outcomes] != list(range(len(outcomes))):
         raise ShardfeedError(
@@ -411,7 +421,11 @@ def publish(
         splits=split_records,
         duplicates=duplicates,
     )
-    atomic_write_bytes(os.path.join(root, MANIFEST_PATH), manifest.dumps().encode())
+    body = manifest.dumps().encode()
+    if commit is None:
+        atomic_write_bytes(os.path.join(root, MANIFEST_PATH), body)
+    else:
+        commit(body)
     return manifest
 
 

@@ -25,6 +25,7 @@ from apache_beam.runners.runner import PipelineState
 from shardfeed.formats.atomic import atomic_write_bytes
 from shardfeed.formats.cost import resolve_cost_kind
 from shardfeed.formats.layout import LISTED_DIRS
+from shardfeed.formats.manifest_commit import commit_manifest, dataset_version
 from shardfeed.formats.meta_writer import file_record
 from shardfeed.formats.object_publish import source_name
 from shardfeed.formats.object_upload import abort_stale_uploads
@@ -34,6 +35,7 @@ from shardfeed.formats.shard_writer import DEFAULT_ROW_GROUP_BYTES
 from shardfeed.formats.sources import SourceReader, detect_kind, open_source
 from shardfeed.formats.sources.base import DatasetMeta
 from shardfeed.formats.store_path import StorePath
+from shardfeed.formats.writer_lease import WriterLease
 from shardfeed.pipelines.convert import ConvertFiles
 from shardfeed.pipelines.dedup import publish_duplicates
 from shardfeed.pipelines.graph_config import (
@@ -42,7 +44,7 @@ from shardfeed.pipelines.graph_config import (
     PREVIOUS,
     GraphConfig,
 )
-from shardfeed.pipelines.object_store import object_stores, prepare_destination
+from shardfeed.pipelines.object_store import ObjectStores, object_stores, prepare_destination
 from shardfeed.pipelines.plan_stage import (
     HotSettings,
     PlanInfo,
@@ -97,6 +99,7 @@ class ConvertConfig:
     hot_budget: str = "10%"
     dedup: bool = False  # leave later exact copies out (listed in duplicates.jsonl)
     overwrite: bool = False
+    break_lease: bool = False  # take DST's writer lease even from a live-looking holder
     progress: bool = False  # force the progress line even when stderr is not a terminal
     source_options: dict[str, Any] = field(default_factory=dict)
     #: ``convert --split NAME=SRC``: (name, source) per split, in order; ``src`` is then unused
@@ -203,15 +206,32 @@ class ConvertSummary:
 
 
 def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> ConvertSummary:
-    """Convert ``config.src`` into a published dataset at ``config.dst`` (raises on failure)."""
+    """Convert ``config.src`` into a published dataset at ``config.dst`` (raises on failure),
+    holding DST's writer lease from before anything is written there until the end."""
     if config.splits:  # one dataset of named splits (pipelines/splits.py)
         from shardfeed.pipelines.splits import run_split_convert
 
-        return run_split_convert(config, beam_args)
+        dst = StorePath.of(config.dst)
+        with WriterLease(dst, "convert", break_lease=config.break_lease) as lease:
+            summary = run_split_convert(config, beam_args, lease)
+    else:
+        hot = config.hot_settings()  # checked before anything is written
+        stores = object_stores(config.src, config.dst, beam_args)  # s3:// or local paths
+        with WriterLease(stores.dst, "convert", break_lease=config.break_lease) as lease:
+            summary = _convert(config, beam_args, hot, stores, lease)
+    summary.notes[:0] = lease.notes
+    return summary
+
+
+def _convert(
+    config: ConvertConfig,
+    beam_args: Sequence[str],
+    hot: HotSettings | None,
+    stores: ObjectStores,
+    lease: WriterLease,
+) -> ConvertSummary:
     started = time.monotonic()
     clock = _PhaseClock(started)
-    hot = config.hot_settings()  # checked before anything is written
-    stores = object_stores(config.src, config.dst, beam_args)  # s3:// SRC/DST, or local paths
     kind = config.kind or detect_kind(stores.src)
     if config.dedup and kind == "lerobot":
         raise ShardfeedError(
@@ -231,6 +251,7 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
         work_root=stores.work_root,
     )
     takeover = only_leftovers(dst, graph.work) and not config.overwrite
+    replaced = dataset_version(dst) if config.overwrite else None
     if config.overwrite:
         mark_interrupted(dst, graph.work)
     if takeover:
@@ -310,8 +331,9 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
             hot_shards=planned.hot_shards,
             duplicates=duplicates,
             reload=reload,
+            commit=(lambda body: commit_manifest(dst, body, lease)) if dst.is_local else None,
         )
-        land_metadata(dst, root, manifest)
+        land_metadata(dst, root, manifest, lease)
     graph.work.rmtree()
     clock.mark("publish")
     samples_out = sum(o.record.rows for o in outcomes)
@@ -325,7 +347,11 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
         payload_bytes=sum(o.record.payload_bytes for o in outcomes),
         bytes=sum(o.record.bytes for o in outcomes),
         seconds=time.monotonic() - started,
-        notes=[*meta.notes, *_hot_notes(planned)],
+        notes=[
+            *(["replaced the published " + replaced] if replaced else []),
+            *meta.notes,
+            *_hot_notes(planned),
+        ],
         published=True,
         phases=clock.phases,
     )
@@ -464,10 +490,13 @@ def remove_unplanned(dst: StorePath, outcomes: Sequence[ShardOutcome]) -> None:
         abort_stale_uploads(dst.filesystem, dst.path)
 
 
-def land_metadata(dst: StorePath, root: str, manifest: Manifest) -> None:
+def land_metadata(
+    dst: StorePath, root: str, manifest: Manifest, lease: WriterLease | None = None
+) -> None:
     """Send the metadata the driver wrote under ``root`` to an object-store DST, checked against
-    the manifest's sizes and hashes, and then the manifest, last: the commit point. Nothing to
-    do for a local DST, where ``root`` is DST itself."""
+    the manifest's sizes and hashes, and then the manifest, last: the commit point, made only
+    while this job holds ``lease`` and DST has no manifest (``formats/manifest_commit.py``).
+    Nothing to do for a local DST, where ``root`` is DST itself."""
     if dst.is_local:
         return
     records = {f.path: f for f in manifest.files}
@@ -476,8 +505,7 @@ def land_metadata(dst: StorePath, root: str, manifest: Manifest) -> None:
     if missing:
         raise ShardfeedError(f"the manifest does not list {missing[0]}; nothing was published")
     dst.land(root, [(rel, records[rel].bytes, records[rel].sha256) for rel in written])
-    body = (StorePath(root) / MANIFEST_PATH).read_bytes()
-    dst.land(root, [(MANIFEST_PATH, len(body), hashlib.sha256(body).hexdigest())])
+    commit_manifest(dst, (StorePath(root) / MANIFEST_PATH).read_bytes(), lease)
 
 
 def checked_outcomes(

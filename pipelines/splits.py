@@ -21,9 +21,11 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from shardfeed.formats.cost import resolve_cost_kind
+from shardfeed.formats.manifest_commit import commit_manifest, dataset_version
 from shardfeed.formats.publish import DatasetOptions, ShardOutcome, prepare_root, publish
 from shardfeed.formats.sources import detect_kind
 from shardfeed.formats.store_path import StorePath
+from shardfeed.formats.writer_lease import WriterLease
 from shardfeed.pipelines.convert import ConvertFiles, InferSchema
 from shardfeed.pipelines.driver import (
     ConvertConfig,
@@ -63,8 +65,11 @@ def check_splits(splits: Sequence[tuple[str, str]]) -> None:
         raise ShardfeedError(f"each --split needs its own SRC; {shared} is given twice")
 
 
-def run_split_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> ConvertSummary:
-    """Convert every ``config.splits`` source into one published dataset at ``config.dst``."""
+def run_split_convert(
+    config: ConvertConfig, beam_args: Sequence[str] = (), lease: WriterLease | None = None
+) -> ConvertSummary:
+    """Convert every ``config.splits`` source into one published dataset at ``config.dst``;
+    the manifest is committed only while ``lease`` (DST's writer lease) is held."""
     started = time.monotonic()
     clock = _PhaseClock(started)
     check_splits(config.splits)
@@ -96,6 +101,7 @@ def run_split_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> C
     dst = dst_path.local
     work = GraphConfig(dst=dst_path, seed=0, options=DatasetOptions()).work
     takeover = only_leftovers(dst_path, work) and not config.overwrite
+    replaced = dataset_version(dst_path) if config.overwrite else None
     if config.overwrite:  # a kill while the old dataset goes leaves a DST to take over
         mark_interrupted(dst_path, work)
     if not takeover:
@@ -210,6 +216,7 @@ def run_split_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> C
         extra_files=extra,
         splits=shard_counts,  # stats merge here, in shard order, over every split's shards
         reload=reload,
+        commit=lambda body: commit_manifest(dst_path, body, lease),
     )
     top.work.rmtree()
     clock.mark("publish")
@@ -222,7 +229,7 @@ def run_split_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> C
         payload_bytes=sum(o.record.payload_bytes for o in outcomes),
         bytes=sum(o.record.bytes for o in outcomes),
         seconds=time.monotonic() - started,
-        notes=list(meta.notes),
+        notes=[*(["replaced the published " + replaced] if replaced else []), *meta.notes],
         published=True,
         phases=clock.phases,
     )

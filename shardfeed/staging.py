@@ -1,7 +1,7 @@
 """``shardfeed stage``: copy a dataset to its shared storage tiers, verified and resumable.
 
 For each shared tier of the policy (``shardfeed/planning/staging.py``): refuse before any copy if
-a capacity would be exceeded; take the tier's lock (``flock``: it dies with its holder); delete
+a capacity would be exceeded; take the writer lease of the tier's copy (one writer at a time); delete
 temporary files a killed run left; skip files already there whose sha256 matches; copy the rest
 in a pool of threads, each file to a temporary name, hashed while copying, fsynced, then renamed
 (``formats/tier_copy.py``); copy the manifest last. Then record the verified copies in the
@@ -25,7 +25,9 @@ from shardfeed.dataset_source import DatasetSource
 from shardfeed.formats.atomic import TMP_MARKER, atomic_write_bytes, is_temp_name
 from shardfeed.formats.reader import Dataset
 from shardfeed.formats.retrying_fs import from_uri
+from shardfeed.formats.store_path import StorePath
 from shardfeed.formats.tier_copy import Target, copy_if_needed, remove_temporaries
+from shardfeed.formats.writer_lease import LeaseHeldError, WriterLease
 from shardfeed.planning.staging import CopyTask, StagePlan, TierPlan, plan_staging
 from shardfeed.schemas.assignment import ASSIGNMENTS_DIR
 from shardfeed.schemas.errors import SchemaError, ShardfeedError
@@ -46,7 +48,7 @@ class CapacityError(StageError):
 
 
 class StageLockedError(StageError):
-    """Another ``shardfeed stage`` holds the tier's lock."""
+    """Another job (``stage``, ``warm``, ``unstage``) holds the writer lease of the tier's copy."""
 
 
 @dataclass
@@ -332,27 +334,14 @@ def _striping(config: TierConfig, tier_plan: TierPlan, target: Target):
 
 
 @contextlib.contextmanager
-def tier_lock(tier: str, target: Target) -> Iterator[None]:
-    """An exclusive ``flock`` for the tier copy: the kernel drops it when its holder dies, so a
-    killed run never blocks the next. Local tiers lock next to their root; object-store tiers
-    lock in the user's cache directory (one host at a time)."""
-    if target.is_local:
-        parent, base = os.path.split(target.root.rstrip("/"))
-        path = os.path.join(parent, f".{base}.shardfeed-stage.lock")
-    else:
-        cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-        digest = hashlib.sha256(target.root.encode()).hexdigest()[:16]
-        path = os.path.join(cache, "shardfeed", "locks", f"{digest}.lock")
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+def tier_lock(tier: str, target: Target, command: str = "stage") -> Iterator[None]:
+    """The writer lease of the tier's copy (``formats/writer_lease.py``): one ``stage``,
+    ``warm`` or ``unstage`` writes it at a time, from any node, on POSIX file systems (Lustre
+    whatever its flock option) and object stores alike; a killed holder's lease expires, at
+    once when it ran on this machine."""
+    root = StorePath(target.root, None if target.is_local else target.filesystem)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise StageLockedError(
-                f"another shardfeed stage is copying to tier {tier!r} ({target.display()}); "
-                f"its lock {path} is held. Wait for it, or stop it: the lock dies with it"
-            ) from None
-        yield
-    finally:
-        os.close(fd)
+        with WriterLease(root, f"{command} to tier {tier!r}"):
+            yield
+    except LeaseHeldError as err:
+        raise StageLockedError(f"tier {tier!r}: {err}") from None

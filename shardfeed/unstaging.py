@@ -74,7 +74,7 @@ def unstage(
         copy = locations.tiers[name]
         target = tier_target(copy.uri, (filesystems or {}).get(name))
         report = UnstageReport(name, copy.uri)
-        with tier_lock(name, target):
+        with tier_lock(name, target, "unstage"):
             if copy.scope == "node":
                 mine = sorted(read_warm_record(target)) if target.is_local else []
             else:
@@ -94,7 +94,7 @@ def unstage(
                 write_warm_record(target, set(mine) - gone)
                 if not report.kept:
                     _delete(target, WARM_RECORD)
-            _remove_empty_dirs(target)
+        _remove_empty_dirs(target)  # the root too, once the lease file is gone
         for rel in gone:
             held = tuple(n for n in locations.files.get(rel, ()) if n != name)
             if held:

@@ -97,7 +97,7 @@ def warm(
     if dry_run:
         return report
     started = time.monotonic()
-    with tier_lock(tier.name, target):
+    with tier_lock(tier.name, target, "warm"):
         remove_temporaries(target)
         created = read_warm_record(target)
 

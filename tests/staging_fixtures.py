@@ -8,6 +8,7 @@ import numpy as np
 
 from shardfeed.formats.atomic import is_temp_name
 from shardfeed.formats.dataset_writer import write_dataset
+from shardfeed.formats.layout import LEASE_NAME
 
 SPEC = {"blob": {"dtype": "image", "shape": [8, 8, 3]}, "id": {"dtype": "int64", "shape": [1]}}
 
@@ -75,9 +76,10 @@ all = {'["pfs", "cold"]' if cold else '["pfs"]'}
 
 
 def final_files(root: Path) -> dict[str, bytes]:
-    """Every file under ``root`` but shardfeed's temporary ones, by relative path."""
+    """Every file under ``root`` but shardfeed's temporary ones and a writer's lease (a killed
+    run leaves its own), by relative path."""
     return {
         str(p.relative_to(root)): p.read_bytes()
         for p in sorted(root.rglob("*"))
-        if p.is_file() and not is_temp_name(p.name)
+        if p.is_file() and not is_temp_name(p.name) and p.name != LEASE_NAME
     }

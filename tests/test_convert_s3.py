@@ -208,15 +208,15 @@ def test_lerobot_with_videos_from_s3_equals_the_local_conversion(endpoint, tmp_p
 def test_failed_publish_leaves_no_manifest_and_a_rerun_completes(
     endpoint, corpus, reference, tmp_path, monkeypatch
 ):
+    from shardfeed.pipelines import driver
+
     fs = endpoint
-    real_upload = StorePath.upload
+    real_commit = driver.commit_manifest
 
-    def fail_on_manifest(self, local_path, expect=None):
-        if self.path.endswith(MANIFEST_PATH):
-            raise OSError("simulated crash before the manifest upload")
-        return real_upload(self, local_path, expect)
+    def fail_on_manifest(dst, body, lease):
+        raise OSError("simulated crash before the manifest upload")
 
-    monkeypatch.setattr(StorePath, "upload", fail_on_manifest)
+    monkeypatch.setattr(driver, "commit_manifest", fail_on_manifest)
     assert _convert(str(corpus), "s3://bucket/crash", tmp_path) == 1
     left = s3_tree(fs, "crash")
     assert MANIFEST_PATH not in left and any(k.startswith("data/") for k in left)
@@ -228,7 +228,7 @@ def test_failed_publish_leaves_no_manifest_and_a_rerun_completes(
     client.create_multipart_upload(Bucket="bucket", Key="crash/data/chunk-000/file-000.parquet")
     with fs.open_output_stream("bucket/crash/data/chunk-000/file-999.parquet") as out:
         out.write(b"stale")
-    monkeypatch.setattr(StorePath, "upload", real_upload)
+    monkeypatch.setattr(driver, "commit_manifest", real_commit)
     assert _convert(str(corpus), "s3://bucket/crash", tmp_path) == 0  # no --overwrite needed
     assert s3_tree(fs, "crash") == reference
     assert client.list_multipart_uploads(Bucket="bucket", Prefix="crash/").get("Uploads", []) == []
@@ -289,10 +289,12 @@ def test_names_and_endpoints():
 
 
 def _record_uploads(monkeypatch) -> list[str]:
-    """The dataset-relative keys of every dataset file sent with :meth:`StorePath.upload`, in
-    order (work files left out)."""
+    """The dataset-relative keys of every dataset file sent with :meth:`StorePath.upload`, and
+    the manifest's commit, in order (work files left out)."""
+    from shardfeed.pipelines import driver
+
     sent: list[str] = []
-    real = StorePath.upload
+    real, real_commit = StorePath.upload, driver.commit_manifest
 
     def record(self, local_path, expect=None):
         rel = self.path.split("/", 2)[2]
@@ -300,7 +302,12 @@ def _record_uploads(monkeypatch) -> list[str]:
             sent.append(rel)
         return real(self, local_path, expect)
 
+    def commit(dst, body, lease):
+        sent.append(MANIFEST_PATH)
+        return real_commit(dst, body, lease)
+
     monkeypatch.setattr(StorePath, "upload", record)
+    monkeypatch.setattr(driver, "commit_manifest", commit)
     return sent
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -88,17 +87,22 @@ def test_dry_run_plan_matches_the_real_run(tmp_path, capsys):
         assert done[tier]["bytes_copied"] == plan["bytes"] == sum(len(b) for b in files.values())
 
 
-def test_a_second_stage_on_a_locked_tier_is_refused(tmp_path):
+def test_a_second_stage_on_a_leased_tier_is_refused(tmp_path):
+    """While another job holds the writer lease of the tier's copy, stage is refused in one
+    line naming the holder; once it is released, stage runs."""
+    from shardfeed.formats.store_path import StorePath
+    from shardfeed.formats.writer_lease import WriterLease
+
     src = dataset(tmp_path / "ds", n=40)
     config = tiers_toml(tmp_path, cold=False)
-    (tmp_path / "pfs").mkdir()
-    with open(tmp_path / "pfs/.ds.shardfeed-stage.lock", "w") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
-        with pytest.raises(
-            StageLockedError, match="another shardfeed stage is copying to tier 'pfs'"
-        ):
+    with WriterLease(StorePath(str(tmp_path / "pfs/ds")), "stage to tier 'pfs'"):
+        with pytest.raises(StageLockedError) as refused:
             stage(src, config, only=("pfs",))
-    assert stage(src, config, only=("pfs",)).results[0].copied > 0  # released with its holder
+        message = str(refused.value)
+        assert "tier 'pfs'" in message and "being written by another job" in message
+        assert f"pid {os.getpid()}" in message and "--break-lease" in message
+        assert "\n" not in message
+    assert stage(src, config, only=("pfs",)).results[0].copied > 0  # released by its holder
 
 
 def test_cli_reaches_s3_through_the_environment(tmp_path, s3, capsys):

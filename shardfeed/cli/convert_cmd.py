@@ -178,7 +178,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="run on Beam's DaskRunner with a distributed.LocalCluster of N worker processes",
     )
     parser.add_argument(
-        "--overwrite", action="store_true", help="replace a published dataset at DST"
+        "--overwrite",
+        action="store_true",
+        help="replace a published dataset at DST (the summary names the version replaced)",
+    )
+    parser.add_argument(
+        "--break-lease",
+        action="store_true",
+        help="take DST's writer lease even though another job seems to hold it; only after "
+        "checking that job is gone (a crashed job's lease expires by itself: "
+        "SHARDFEED_LEASE_SECONDS, default 120; at once when it ran on this machine)",
     )
     parser.add_argument("--json", action="store_true", help="print the end-of-run summary as JSON")
     parser.set_defaults(run=run, accepts_extra=True)
@@ -274,6 +283,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         hot_budget=args.hot_budget,
         dedup=args.dedup,
         overwrite=args.overwrite,
+        break_lease=args.break_lease,
         progress=args.progress,
         source_options=source_options,
         splits=splits,

@@ -59,6 +59,7 @@ from shardfeed import open_dataset
 from shardfeed.cli.main import main
 from shardfeed.formats.atomic import is_temp_name
 from shardfeed.formats.errors import IncompleteDatasetError
+from shardfeed.formats.layout import LEASE_NAME
 from shardfeed.formats.verify import verify_dataset
 from shardfeed.schemas.locations import LOCATIONS_PATH, Locations
 from shardfeed.schemas.manifest import MANIFEST_PATH
@@ -310,7 +311,7 @@ def _tier_state(tmp_path: Path, src: Path) -> str:
         p
         for tier in ("pfs", "warm")
         for p in (tmp_path / tier).rglob("*")
-        if p.is_file() and not is_temp_name(p.name) and "shardfeed-stage.lock" not in p.name
+        if p.is_file() and not is_temp_name(p.name) and p.name != LEASE_NAME
     ]
     return "copying" if finals else "nothing"
 
@@ -325,7 +326,7 @@ def _check_killed_stage(
         finals = {
             k: v
             for k, v in (_tree(root) if root.exists() else {}).items()
-            if not is_temp_name(k.rsplit("/", 1)[-1])
+            if not is_temp_name(k.rsplit("/", 1)[-1]) and k != LEASE_NAME  # the killed run's
         }
         for rel, data in finals.items():
             assert rel in refs[tier], f"{tier}: unexpected {rel}"

@@ -194,7 +194,14 @@ class WriterLease:
             if self._store.create(mine):
                 self._record = mine
                 return
-            current, version = self._store.read(str(self.path))
+            try:
+                current, version = self._store.read(str(self.path))
+            except LeaseHeldError:  # not a lease record: only --break-lease replaces it
+                if not self.break_lease:
+                    raise
+                self._store.remove()
+                self.notes.append(f"{self.root}: replaced an unreadable lease (--break-lease)")
+                continue
             if current is None:
                 continue  # released between the two calls: try again
             if current.token == mine.token:  # our create went through; its answer was lost
@@ -349,8 +356,11 @@ class _PosixStore:
     def delete(self, mine: LeaseRecord) -> None:
         current, _ = self.read(self.path)
         if current is not None and current.token == mine.token:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.path)
+            self.remove()
+
+    def remove(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
 
 
 class _S3Store:
@@ -375,7 +385,10 @@ class _S3Store:
         except Exception as err:
             if _code(err) not in ("PreconditionFailed", "ConditionalRequestConflict"):
                 raise
-            current, etag = self.read(self.display)  # a lost answer, then our own retry refused
+            try:  # refused: another job's lease, or our own put whose answer was lost
+                current, etag = self.read(self.display)
+            except LeaseHeldError:  # not a lease at all: not ours
+                return None
             return etag if current is not None and current == record else None
         return answer["ETag"]
 
@@ -435,6 +448,13 @@ class _S3Store:
                 raise
 
 
+    def remove(self) -> None:
+        retried(
+            lambda: self.client.delete_object(Bucket=self.bucket, Key=self.key),
+            f"delete {self.display}",
+        )
+
+
 class _OtherStore:
     """Object stores without a conditional put through pyarrow: check, then write."""
 
@@ -468,6 +488,9 @@ class _OtherStore:
         current, _ = self.read(str(self.path))
         if current is not None and current.token == mine.token:
             self.path.unlink()
+
+    def remove(self) -> None:
+        self.path.unlink()
 
 
 def _store_for(path: StorePath):

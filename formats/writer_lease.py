@@ -25,7 +25,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -40,6 +40,8 @@ from shardfeed.schemas.errors import ShardfeedError
 _LOG = logging.getLogger(__name__)
 
 SECONDS_ENV = "SHARDFEED_LEASE_SECONDS"
+#: ``1``: every lease taken in this process breaks a live-looking holder's (``--break-lease``)
+BREAK_ENV = "SHARDFEED_BREAK_LEASE"
 DEFAULT_SECONDS = 120.0
 #: Allowance for clocks of different hosts disagreeing, in seconds, before a lease is stale.
 SKEW_SECONDS = 5.0
@@ -140,13 +142,15 @@ class WriterLease:
         root: StorePath,
         command: str,
         *,
-        break_lease: bool = False,
+        break_lease: bool | None = None,
         seconds: float | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.root = root
         self.path = root / LEASE_NAME
         self.command = command
+        if break_lease is None:
+            break_lease = os.environ.get(BREAK_ENV) == "1"
         self.break_lease = break_lease
         self.seconds = lease_seconds() if seconds is None else seconds
         self.clock = clock
@@ -273,15 +277,6 @@ class WriterLease:
             # the store may be unreachable for now: check() notices if the term runs out
             with contextlib.suppress(OSError, ShardfeedError):
                 self.renew()
-
-
-@contextlib.contextmanager
-def writer_lease(
-    root: StorePath, command: str, *, break_lease: bool = False
-) -> Iterator[WriterLease]:
-    """Hold the writer lease of ``root`` for the ``with`` block (see :class:`WriterLease`)."""
-    with WriterLease(root, command, break_lease=break_lease) as lease:
-        yield lease
 
 
 # --- stores -------------------------------------------------------------------------------------
@@ -446,7 +441,6 @@ class _S3Store:
                     )
             elif code not in ("PreconditionFailed", "NoSuchKey", "404"):
                 raise
-
 
     def remove(self) -> None:
         retried(

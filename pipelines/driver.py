@@ -212,12 +212,12 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str] = ()) -> Convert
         from shardfeed.pipelines.splits import run_split_convert
 
         dst = StorePath.of(config.dst)
-        with WriterLease(dst, "convert", break_lease=config.break_lease) as lease:
+        with WriterLease(dst, "convert", break_lease=config.break_lease or None) as lease:
             summary = run_split_convert(config, beam_args, lease)
     else:
         hot = config.hot_settings()  # checked before anything is written
         stores = object_stores(config.src, config.dst, beam_args)  # s3:// or local paths
-        with WriterLease(stores.dst, "convert", break_lease=config.break_lease) as lease:
+        with WriterLease(stores.dst, "convert", break_lease=config.break_lease or None) as lease:
             summary = _convert(config, beam_args, hot, stores, lease)
     summary.notes[:0] = lease.notes
     return summary

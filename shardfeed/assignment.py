@@ -18,6 +18,7 @@ from shardfeed.formats import assignment_table
 from shardfeed.formats.errors import AssignmentError
 from shardfeed.formats.reader import Dataset
 from shardfeed.formats.store_path import StorePath
+from shardfeed.formats.writer_lease import WriterLease
 from shardfeed.planning.assign import DROP, PAD, EpochPlan, Policy, World, plan_epoch, plan_homes
 from shardfeed.planning.resume import resume_epoch
 from shardfeed.planning.spans import RowBytes, Spans
@@ -129,7 +130,7 @@ class Assignment:
 
     def save(self, name: str | None = None, *, overwrite: bool = False) -> Assignment:
         """Write the table, then the header, into the dataset (a local directory or an object-store
-        prefix; the header is the commit point)."""
+        prefix; the header is the commit point), holding the dataset's writer lease."""
         name = check_name(name or self.header.name)
         location = self._source.location
         store = StorePath.at(location)
@@ -138,7 +139,7 @@ class Assignment:
                 f"{location.display} already has an assignment named {name!r}; "
                 "pick another name or pass overwrite=True (--overwrite)"
             )
-        with store.writing() as (root, written):
+        with WriterLease(store, "assign"), store.writing() as (root, written):
             record = assignment_table.write_table(root, name, self.columns)
             header = _replace_table(self.header, name, record)
             assignment_table.write_header(root, header)

@@ -19,6 +19,7 @@ from shardfeed.formats import hot_files
 from shardfeed.formats.errors import HotIndexError, HotIndexMissingError
 from shardfeed.formats.reader import Dataset
 from shardfeed.formats.store_path import StorePath
+from shardfeed.formats.writer_lease import WriterLease
 from shardfeed.hot_inputs import HotInputError, read_access_log, read_weights
 from shardfeed.planning.hot import (
     accesses_from_log,
@@ -113,7 +114,7 @@ class HotIndex:
 
     def save(self) -> HotIndex:
         """Write the table, then the header, into the dataset (a local directory or an object-store
-        prefix; the header is the commit point)."""
+        prefix; the header is the commit point), holding the dataset's writer lease."""
         table = pa.table(
             {
                 "index": self.index,
@@ -123,7 +124,8 @@ class HotIndex:
                 "expected_accesses_per_epoch": self.accesses,
             }
         )
-        with StorePath.at(self.source.location).writing() as (root, written):
+        store = StorePath.at(self.source.location)
+        with WriterLease(store, "hot"), store.writing() as (root, written):
             record = hot_files.write_hot_table(root, table)
             self.header = _replace(self.header, table=record)
             hot_files.write_header(root, self.header)
@@ -153,7 +155,8 @@ class CachePlan:
                 "row_end": self.spans.end,
             }
         )
-        with StorePath.at(self.source.location).writing() as (root, written):
+        store = StorePath.at(self.source.location)
+        with WriterLease(store, "hot"), store.writing() as (root, written):
             record = hot_files.write_cache_table(root, table)
             self.header = _replace(self.header, table=record)
             hot_files.write_header(root, self.header)

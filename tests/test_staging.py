@@ -105,6 +105,28 @@ def test_a_second_stage_on_a_leased_tier_is_refused(tmp_path):
     assert stage(src, config, only=("pfs",)).results[0].copied > 0  # released by its holder
 
 
+def test_break_lease_takes_the_tier_copy_from_a_live_looking_holder(tmp_path, capsys):
+    """``stage --break-lease`` goes ahead though a lease is held (the user checked its holder is
+    gone); without it, the same command is refused in one line."""
+    from shardfeed.cli.main import main
+    from shardfeed.formats.store_path import StorePath
+    from shardfeed.formats.writer_lease import BREAK_ENV, WriterLease
+
+    src = dataset(tmp_path / "ds", n=40)
+    config = tiers_toml(tmp_path, cold=False)
+    argv = ["stage", str(src), "--tiers", str(config), "--tier", "pfs"]
+    holder = WriterLease(StorePath(str(tmp_path / "pfs/ds")), "stage to tier 'pfs'")
+    holder.acquire()
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.count("shardfeed:") == 1 and "being written by another job" in err
+    assert main([*argv, "--break-lease"]) == 0
+    assert BREAK_ENV not in os.environ
+    with pytest.raises(Exception, match="lost its writer lease"):
+        holder.check()
+    assert verify_dataset(tmp_path / "pfs/ds").ok
+
+
 def test_cli_reaches_s3_through_the_environment(tmp_path, s3, capsys):
     fs, host_port = s3
     endpoint = f"http://{host_port}"

@@ -219,3 +219,24 @@ def test_a_commit_whose_answer_was_lost_counts_as_done(proxy, tmp_path, monkeypa
     finally:
         proxy.hook = None
     assert dropped and (root / MANIFEST_PATH).read_bytes() == b'{"mine": true}'
+
+
+def test_assign_and_hot_hold_the_dataset_s_lease(make_small_dataset, tmp_path):
+    """assign and hot write into a dataset: while another job holds its lease they are refused,
+    and they leave no lease behind."""
+    from shardfeed.assignment import plan_assignment
+    from shardfeed.hot import build_hot_index
+    from shardfeed.planning.assign import World
+
+    root, _, _ = make_small_dataset(n=200)
+    plan = plan_assignment(root, World(nodes=1, gpus_per_node=2), name="held")
+    (tmp_path / "weights.csv").write_text("index,weight\n0,1\n5,2\n")
+    hot = build_hot_index(root, weights=str(tmp_path / "weights.csv"))
+    with WriterLease(StorePath(str(root)), "convert"):
+        with pytest.raises(LeaseHeldError, match="convert on"):
+            plan.save()
+        with pytest.raises(LeaseHeldError, match="convert on"):
+            hot.save()
+    plan.save()
+    hot.save()
+    assert not (root / LEASE_NAME).exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -10,6 +11,17 @@ from typing import Any, TextIO
 from shardfeed.schemas.units import format_size
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def add_break_lease(parser: argparse.ArgumentParser, what: str = "the dataset's") -> None:
+    """``--break-lease`` for a command that writes a dataset (``formats/writer_lease.py``)."""
+    parser.add_argument(
+        "--break-lease",
+        action="store_true",
+        help=f"take {what} writer lease even though another job seems to hold it; only after "
+        "checking that job is gone (a crashed job's lease expires by itself: "
+        "SHARDFEED_LEASE_SECONDS, default 120; at once when it ran on this machine)",
+    )
 
 
 def fail(message: str, code: int = EXIT_FAILED) -> int:

@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from shardfeed.cli._common import EXIT_OK, EXIT_USAGE, fail, print_json
+from shardfeed.cli._common import EXIT_OK, EXIT_USAGE, add_break_lease, fail, print_json
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -88,6 +88,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="samples consumed in that epoch over all ranks of the old world (with --resume-from)",
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_break_lease(parser, "the dataset's")
     parser.set_defaults(run=run)
 
 

@@ -8,7 +8,14 @@ import logging
 import sys
 
 from shardfeed import BEAM_INSTALL_HINT
-from shardfeed.cli._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, fail, print_json
+from shardfeed.cli._common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    add_break_lease,
+    fail,
+    print_json,
+)
 from shardfeed.schemas.manifest import SPLIT_NAME
 from shardfeed.schemas.units import format_size, parse_size
 
@@ -182,13 +189,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="replace a published dataset at DST (the summary names the version replaced)",
     )
-    parser.add_argument(
-        "--break-lease",
-        action="store_true",
-        help="take DST's writer lease even though another job seems to hold it; only after "
-        "checking that job is gone (a crashed job's lease expires by itself: "
-        "SHARDFEED_LEASE_SECONDS, default 120; at once when it ran on this machine)",
-    )
+    add_break_lease(parser, "DST's")
     parser.add_argument("--json", action="store_true", help="print the end-of-run summary as JSON")
     parser.set_defaults(run=run, accepts_extra=True)
 

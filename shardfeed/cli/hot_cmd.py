@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from shardfeed.cli._common import EXIT_OK, print_json
+from shardfeed.cli._common import EXIT_OK, add_break_lease, print_json
 from shardfeed.schemas.units import format_size
 
 
@@ -64,6 +64,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--nodes", type=int, default=1, help="nodes, without --assignment (default 1)"
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_break_lease(parser, "the dataset's")
     parser.set_defaults(run=run)
 
 

@@ -24,7 +24,7 @@ from shardfeed.cli import (
     warm_cmd,
 )
 from shardfeed.cli._common import EXIT_FAILED, fail
-from shardfeed.formats import retry
+from shardfeed.formats import retry, writer_lease
 from shardfeed.schemas.errors import ShardfeedError
 
 COMMANDS = (
@@ -97,13 +97,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 @contextlib.contextmanager
 def _io_settings(args: argparse.Namespace) -> Iterator[None]:
-    """The retry flags, set as their environment variables for the command (and the worker
-    processes it starts), checked first; the environment is restored afterwards."""
+    """The retry flags and ``--break-lease``, set as their environment variables for the
+    command (and the worker processes it starts), checked first; the environment is restored
+    afterwards."""
     given = {
         retry.ATTEMPTS_ENV: args.io_attempts,
         retry.SECONDS_ENV: args.io_retry_seconds,
         retry.TIMEOUT_ENV: args.io_timeout,
     }
+    if getattr(args, "break_lease", False):
+        given[writer_lease.BREAK_ENV] = "1"
     given = {name: value for name, value in given.items() if value is not None}
     before = {name: os.environ.get(name) for name in given}
     os.environ.update(given)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from shardfeed import BEAM_INSTALL_HINT
-from shardfeed.cli._common import EXIT_OK, Progress, fail, print_json
+from shardfeed.cli._common import EXIT_OK, Progress, add_break_lease, fail, print_json
 from shardfeed.schemas.units import format_size
 
 
@@ -40,6 +40,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="run the copies as a Beam pipeline on this runner (e.g. dask; needs "
         "shardfeed[beam]); other Beam flags pass through. Default: a local thread pool",
     )
+    add_break_lease(parser, "the tier copy's")
     parser.set_defaults(run=run, accepts_extra=True)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from shardfeed.cli._common import EXIT_FAILED, EXIT_OK, print_json
+from shardfeed.cli._common import EXIT_FAILED, EXIT_OK, add_break_lease, print_json
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -24,6 +24,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--tier", action="append", metavar="NAME", help="only this tier (repeatable)"
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_break_lease(parser, "the tier copy's")
     parser.set_defaults(run=run)
 
 

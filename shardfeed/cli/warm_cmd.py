@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from shardfeed.cli._common import EXIT_OK, print_json
+from shardfeed.cli._common import EXIT_OK, add_break_lease, print_json
 from shardfeed.schemas.units import format_size
 
 
@@ -31,6 +31,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--workers", type=int, default=4, help="parallel copy streams (default 4)")
     parser.add_argument("--dry-run", action="store_true", help="list the shards and stop")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_break_lease(parser, "the node tier copy's")
     parser.set_defaults(run=run)
 
 

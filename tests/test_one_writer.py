@@ -358,3 +358,65 @@ def test_two_stages_into_one_s3_tier(s3, s3_env, tmp_path):
     assert fs.get_file_info(lease).type == pafs.FileType.NotFound
     manifest = f"bucket/datasets/tierds/{MANIFEST_PATH}"
     assert fs.get_file_info(manifest).type == pafs.FileType.File
+
+
+# --------------------------------------------------------------------------------------------
+# publish as a compare-and-swap; --overwrite names what it replaces; readers never wait
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_a_manifest_published_meanwhile_is_left_as_it_was(
+    where, tmp_path, corpora, monkeypatch, capsys, request
+):
+    """Another job published at DST while this one ran (its lease broken): this job's publish
+    refuses in one line and the other job's manifest stays exactly as it was."""
+    from shardfeed.cli.main import main
+    from shardfeed.pipelines import driver
+
+    if where == "s3":
+        request.getfixturevalue("s3_env")
+        dst = "s3://bucket/writers/cas"
+    else:
+        dst = str(tmp_path / "dst")
+    theirs = b'{"published": "by another job"}'
+    real = driver.commit_manifest
+
+    def another_job_publishes_first(target, body, lease):
+        (target / MANIFEST_PATH).write_bytes(theirs)
+        return real(target, body, lease)
+
+    monkeypatch.setattr(driver, "commit_manifest", another_job_publishes_first)
+    assert main(["convert", str(corpora["a"][0]), dst, *CONVERT]) == 1
+    line = _holder_line(capsys.readouterr().err)
+    assert "gained a manifest from another job" in line and "nothing of this run" in line
+    assert (StorePath.of(dst) / MANIFEST_PATH).read_bytes() == theirs
+
+
+def test_overwrite_names_the_version_it_replaces(tmp_path, corpora, capsys):
+    from shardfeed.cli.main import main
+
+    dst = str(tmp_path / "dst")
+    assert main(["convert", str(corpora["a"][0]), dst, *CONVERT]) == 0
+    old = open_dataset(dst).manifest
+    capsys.readouterr()
+    assert main(["convert", str(corpora["b"][0]), dst, *CONVERT, "--overwrite"]) == 0
+    out = capsys.readouterr().out
+    want = f"replaced the published version {old.fingerprint[:16]} (4,000 samples in "
+    assert want in out and f"{len(old.shards)} shards)" in out
+    assert _ids(dst) == sorted(f"b-{i}" for i in range(6000))
+
+
+def test_readers_never_take_the_lease_nor_wait_for_it(tmp_path, corpora):
+    """While a writer holds a published dataset's lease (an assign, say), inspect, verify and
+    the loader read it as usual."""
+    from shardfeed.cli.main import main
+    from shardfeed.loader import ShardLoader
+
+    dst = tmp_path / "dst"
+    assert main(["convert", str(corpora["a"][0]), str(dst), *CONVERT]) == 0
+    with WriterLease(StorePath(str(dst)), "assign"):
+        assert main(["inspect", str(dst)]) == 0
+        assert verify_dataset(dst).ok
+        seen = [i for batch in ShardLoader(str(dst), rank=0, world=1, batch_size=500) for i in batch["id"]]
+        assert sorted(seen) == sorted(f"a-{i}" for i in range(4000))
+        assert (dst / LEASE_NAME).exists()

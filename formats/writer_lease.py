@@ -131,7 +131,8 @@ def lease_seconds() -> float:
 
 class WriterLease:
     """The writer lease of the dataset at ``root``; a context manager that takes it on entry
-    (raising :class:`LeaseHeldError` if another live job holds it) and releases it on exit.
+    (raising :class:`LeaseHeldError` if another live job holds it, after waiting up to ``wait``
+    seconds for it to let go) and releases it on exit.
 
     ``notes`` says what entry did beyond taking a free lease (a takeover, a broken lease).
     Call :meth:`check` right before publishing: it raises :class:`LeaseLostError` when the
@@ -144,6 +145,7 @@ class WriterLease:
         *,
         break_lease: bool | None = None,
         seconds: float | None = None,
+        wait: float = 0.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.root = root
@@ -152,6 +154,7 @@ class WriterLease:
         if break_lease is None:
             break_lease = os.environ.get(BREAK_ENV) == "1"
         self.break_lease = break_lease
+        self.wait = wait  # seconds to wait for a live holder to let go before refusing
         self.seconds = lease_seconds() if seconds is None else seconds
         self.clock = clock
         self.notes: list[str] = []
@@ -194,7 +197,10 @@ class WriterLease:
             renewed=now,
             expires=now + self.seconds,
         )
-        for _ in range(_ATTEMPTS):
+        deadline = time.monotonic() + self.wait
+        rounds = 0
+        while rounds < _ATTEMPTS:
+            rounds += 1
             if self._store.create(mine):
                 self._record = mine
                 return
@@ -212,6 +218,10 @@ class WriterLease:
                 self._record = mine
                 return
             why = "broken with --break-lease" if self.break_lease else current.stale(self.clock())
+            if why is None and time.monotonic() < deadline:
+                time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+                rounds = 0  # waiting for the holder to let go, not racing it
+                continue
             if why is None:
                 raise LeaseHeldError(
                     f"{self.root} is being written by another job ({current.describe()}). "

@@ -11,7 +11,6 @@ source's ``meta/shardfeed/locations.json``, atomically. See docs/STAGING.md.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import time
@@ -248,27 +247,30 @@ def _record(
     if not source.location.is_local:
         return
     path = os.path.join(source.location.root, LOCATIONS_PATH)
-    with _locations_lock(path):
+    with locations_lock(source.location.root, "stage (recording locations)"):
         _record_locked(source, config, staging, report, path)
 
 
+#: how long a stage or unstage waits for another job's short hold of the source's lease
+LOCATIONS_WAIT_SECONDS = 120.0
+
+
 @contextlib.contextmanager
-def _locations_lock(path: str) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on locations.json's directory while it is rewritten, and
-    first delete the temporary a killed run left there: a stray ``.locations.json.tmp-…`` in
-    the source's meta/ fails ``verify`` of the source (tests/adversarial/test_crash_injection.py).
-    Under the lock no other stage is mid-write, and concurrent records no longer lose updates."""
+def locations_lock(source_root: str, command: str) -> Iterator[None]:
+    """Hold the source dataset's writer lease (``formats/writer_lease.py``: correct across
+    nodes, on Lustre whatever its flock option) while ``locations.json`` is read, merged and
+    replaced, waiting for another stage's or unstage's short hold; first delete the temporary a
+    killed run left there: a stray ``.locations.json.tmp-…`` in the source's meta/ fails
+    ``verify`` of the source (tests/adversarial/test_crash_injection.py)."""
+    path = os.path.join(source_root, LOCATIONS_PATH)
     directory, name = os.path.split(path)
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    lease = WriterLease(StorePath(source_root), command, wait=LOCATIONS_WAIT_SECONDS)
+    with lease:
         for entry in os.listdir(directory):
             if is_temp_name(entry) and entry.startswith(f".{name}{TMP_MARKER}"):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(os.path.join(directory, entry))
         yield
-    finally:
-        os.close(fd)
 
 
 def _record_locked(

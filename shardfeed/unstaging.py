@@ -23,7 +23,7 @@ from shardfeed.formats.reader import Dataset
 from shardfeed.formats.tier_copy import Target, exists, file_matches
 from shardfeed.schemas.locations import LOCATIONS_PATH, Locations
 from shardfeed.schemas.tiers import TierConfig, load_tier_config
-from shardfeed.staging import StageError, tier_lock, tier_target
+from shardfeed.staging import StageError, locations_lock, tier_lock, tier_target
 from shardfeed.warming import WARM_RECORD, read_warm_record, write_warm_record
 
 
@@ -52,13 +52,7 @@ def unstage(
     if not source.location.is_local:
         raise StageError("unstage updates locations.json, so the dataset must be a local directory")
     path = os.path.join(source.location.root, LOCATIONS_PATH)
-    try:
-        with open(path, "rb") as handle:
-            locations = Locations.loads(handle.read(), path)
-    except FileNotFoundError:
-        raise StageError(
-            f"{source.location.display} has no {LOCATIONS_PATH}: nothing was staged"
-        ) from None
+    locations = _read_locations(path, source)
     names = list(only) if only else [n for n in locations.tiers if n in config.names]
     not_configured = [n for n in names if n not in config.names]
     if not_configured:
@@ -70,6 +64,7 @@ def unstage(
         raise StageError(f"tier(s) {unknown} hold nothing staged from this dataset; refusing")
     expected = _expected(source)
     reports = []
+    changes: list[tuple[str, set[str], bool]] = []  # (tier, files gone, nothing kept)
     for name in names:
         copy = locations.tiers[name]
         target = tier_target(copy.uri, (filesystems or {}).get(name))
@@ -95,17 +90,32 @@ def unstage(
                 if not report.kept:
                     _delete(target, WARM_RECORD)
         _remove_empty_dirs(target)  # the root too, once the lease file is gone
-        for rel in gone:
-            held = tuple(n for n in locations.files.get(rel, ()) if n != name)
-            if held:
-                locations.files[rel] = held
-            else:
-                locations.files.pop(rel, None)
-        if not report.kept:
-            del locations.tiers[name]
+        changes.append((name, gone, not report.kept))
         reports.append(report)
-    atomic_write_bytes(path, locations.dumps().encode())
+    # read again under the lock: a stage to another tier may have recorded meanwhile
+    with locations_lock(source.location.root, "unstage (recording locations)"):
+        locations = _read_locations(path, source)
+        for name, gone, emptied in changes:
+            for rel in gone:
+                held = tuple(n for n in locations.files.get(rel, ()) if n != name)
+                if held:
+                    locations.files[rel] = held
+                else:
+                    locations.files.pop(rel, None)
+            if emptied:
+                locations.tiers.pop(name, None)
+        atomic_write_bytes(path, locations.dumps().encode())
     return reports
+
+
+def _read_locations(path: str, source: DatasetSource) -> Locations:
+    try:
+        with open(path, "rb") as handle:
+            return Locations.loads(handle.read(), path)
+    except FileNotFoundError:
+        raise StageError(
+            f"{source.location.display} has no {LOCATIONS_PATH}: nothing was staged"
+        ) from None
 
 
 def _expected(source: DatasetSource) -> dict[str, tuple[int, str]]:

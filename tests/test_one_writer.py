@@ -417,6 +417,10 @@ def test_readers_never_take_the_lease_nor_wait_for_it(tmp_path, corpora):
     with WriterLease(StorePath(str(dst)), "assign"):
         assert main(["inspect", str(dst)]) == 0
         assert verify_dataset(dst).ok
-        seen = [i for batch in ShardLoader(str(dst), rank=0, world=1, batch_size=500) for i in batch["id"]]
+        seen = [
+            i
+            for batch in ShardLoader(str(dst), rank=0, world=1, batch_size=500)
+            for i in batch["id"]
+        ]
         assert sorted(seen) == sorted(f"a-{i}" for i in range(4000))
         assert (dst / LEASE_NAME).exists()

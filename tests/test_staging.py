@@ -222,3 +222,54 @@ def test_the_same_copies_run_as_a_beam_pipeline(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["results"][0]["skipped"] == plan["files"]
     assert main([*args[:-1], "--direct_num_workers=2"]) == 2
     assert "Beam flags need --runner" in capsys.readouterr().err
+
+
+#: the CLI in a process where flock fails as on a Lustre client mounted ``noflock``, and
+#: reading locations.json for the merge takes 1.5 s
+NOFLOCK_CLI = """
+import errno, fcntl, sys
+def refuse(*args, **kwargs):
+    raise OSError(errno.ENOSYS, "Function not implemented (mounted noflock)")
+fcntl.flock = fcntl.lockf = refuse
+import time
+import shardfeed.staging as staging
+read = staging._existing_locations
+def slow_read(*args):  # widen the read-merge-write window, so the two runs overlap in it
+    found = read(*args)
+    time.sleep(1.5)
+    return found
+staging._existing_locations = slow_read
+from shardfeed.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_stages_to_two_tiers_at_once_keep_both_records_without_flock(tmp_path):
+    """Two stage processes, to two tiers, at once, three times, where flock fails: each
+    locations.json holds both tiers (the record is merged under the source's writer lease,
+    link(2)-based, not under a flock)."""
+    import shutil
+
+    src = dataset(tmp_path / "ds", n=200, size=20_000, hot_shards=2)
+    config = tiers_toml(tmp_path, cold=False)
+    record = src / "meta/shardfeed/locations.json"
+    for _ in range(3):
+        for tier in ("pfs", "warm"):
+            shutil.rmtree(tmp_path / tier, ignore_errors=True)
+        record.unlink(missing_ok=True)
+        command = [sys.executable, "-c", NOFLOCK_CLI, "stage", str(src), "--tiers", str(config)]
+        runs = [
+            subprocess.Popen(
+                [*command, "--tier", tier],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for tier in ("pfs", "warm")
+        ]
+        for run in runs:
+            _, err = run.communicate(timeout=120)
+            assert run.returncode == 0, err
+        locations = Locations.loads(record.read_bytes(), str(record))
+        assert {"pfs", "warm"} <= set(locations.tiers), locations.tiers
+        assert verify_dataset(src).ok

@@ -64,6 +64,7 @@ from shardfeed.pipelines.spool_stage import (
     unit_keys,
 )
 from shardfeed.pipelines.stats_combine import MergeShardStats, StatsState, save_merged_stats
+from shardfeed.pipelines.worker_guard import guard_worker
 from shardfeed.planning.shard_plan import ContiguousPlan, ShardPlan, buckets_of, hot_buckets
 from shardfeed.schemas.errors import ShardfeedError
 from shardfeed.schemas.features import FeatureSpec
@@ -75,6 +76,7 @@ from shardfeed.schemas.rejects import RejectRecord
 def infer_file(file: str | PieceTuple, source: SourceReader, config: GraphConfig) -> str:
     """source file (or piece of one) -> the same, once its schema-inference part is saved
     (sources whose schema comes from the data)."""
+    guard_worker()
     save_inferred(source, config.work, file)
     return file
 
@@ -82,6 +84,7 @@ def infer_file(file: str | PieceTuple, source: SourceReader, config: GraphConfig
 @no_annotations  # a SourceReader is a Protocol, which Beam 2.78's type check cannot compare
 def pieces_of(file: str, source: SplittableSource, piece_bytes: int) -> list[PieceTuple]:
     """source file -> its pieces (file, index, start, stop, first position still unknown)."""
+    guard_worker()
     ranges = source.pieces(file, piece_bytes)
     return [(file, index, start, stop, -1) for index, (start, stop) in enumerate(ranges)]
 
@@ -95,6 +98,7 @@ def scan_file(
     A spooling source's rows go to the file's spool as they are decoded (``formats/spool.py``).
     Keys, buckets and the tables are computed with array operations, not per unit. ``spec``
     None: the features the graph decided (``spec_stage``)."""
+    guard_worker()
     _scan_whole(file, source, spec or load_spec(config.work), config)
     beam.metrics.Metrics.counter("shardfeed", "files").inc()
     return file
@@ -119,6 +123,7 @@ def scan_piece(
 ) -> tuple[str, int]:
     """One piece of a file -> (file, piece index), once the piece's unit table, totals, rejects
     and spool are written under its own part name; ``merge_pieces`` joins them per file."""
+    guard_worker()
     file, index, start, stop, first = piece
     spec = spec or load_spec(config.work)
     whole = (start, stop) == (0, -1)  # the file's only piece: no joining needed
@@ -135,6 +140,7 @@ def merge_pieces(item: tuple[str, Iterable[int]], config: GraphConfig) -> str:
     """(file, its piece indices) -> ``file``, once the pieces' unit tables, totals and rejects
     are joined into the file's own (positions are the file's, so the result is what one task
     scanning the whole file writes); the pieces' spools stay where the writers find them."""
+    guard_worker()
     file, indices = item
     indices = sorted(indices)
     if indices == [0]:  # a file scanned whole wrote its own parts
@@ -244,6 +250,7 @@ def write_planned_shard(
     """(shard number, units) -> the shard file under DST plus its JSON sidecar; returns the shard's
     number and stats, for :class:`~shardfeed.pipelines.stats_combine.MergeShardStats`. ``spec``
     None: the features the graph decided."""
+    guard_worker()
     spec = spec or load_spec(config.work)
     local, parts = item  # the shard's number in this plan; a split's shards number on
     number = config.shard_offset + local

@@ -41,6 +41,7 @@ from shardfeed.formats.unit_table import (
     write_totals,
     write_unit_table,
 )
+from shardfeed.pipelines.worker_guard import guard_worker
 from shardfeed.planning.dedup import first_occurrences
 from shardfeed.schemas.manifest import DUPLICATES_PATH, FileRecord
 
@@ -72,6 +73,7 @@ def hash_parts(
     file: str, source: SourceReader, config: GraphConfig
 ) -> Iterable[tuple[int, list[HashedTuple]]]:
     """scanned file -> (hash prefix, its units with that prefix) per prefix present."""
+    guard_worker()
     locate = getattr(source, "reject_location", None)
     parts: dict[int, list[HashedTuple]] = {}
     for unit in read_unit_tuples(config.part("units", file, UNIT_SUFFIX)):

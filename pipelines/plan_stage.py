@@ -41,6 +41,7 @@ from shardfeed.formats.unit_table import (
     work_part,
 )
 from shardfeed.formats.weights_file import read_pairs
+from shardfeed.pipelines.worker_guard import guard_worker
 from shardfeed.planning.hot import fill, heat_order
 from shardfeed.planning.shard_plan import (
     FINE_BUCKETS,
@@ -130,6 +131,7 @@ def plan_files(
     """(key, every scanned file) -> the files to write, once the plan is saved under ``work``.
 
     ``source`` names units for hot weights (``settings.hot``)."""
+    guard_worker()
     started = time.time()
     files = sorted(item[1])  # the same order as the driver's source.files()
     reject_files, reject_counts = collect_rejects(work)

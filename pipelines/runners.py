@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.runner import PipelineRunner
 
+from shardfeed.pipelines.worker_guard import mark_driver
 from shardfeed.schemas.errors import ShardfeedError
 
 LOCAL_RUNNERS = {None, "", "direct", "directrunner", "fnapirunner"}
@@ -45,6 +46,7 @@ def make_runner(options: PipelineOptions) -> PipelineRunner | str:
     name = options.view_as(StandardOptions).runner
     key = (name or "").lower()
     if key in LOCAL_RUNNERS:
+        mark_driver()  # its multi_processing workers end with it (worker_guard.py)
         return _local_runner(options)
     if key in DASK_RUNNERS:
         from apache_beam.runners.dask.dask_runner import DaskRunner

@@ -26,6 +26,7 @@ from shardfeed.formats.cost import resolve_cost_kind
 from shardfeed.formats.sources import SourceReader
 from shardfeed.formats.store_path import StorePath
 from shardfeed.formats.unit_table import work_part
+from shardfeed.pipelines.worker_guard import guard_worker
 from shardfeed.schemas.errors import ShardfeedError
 from shardfeed.schemas.features import FeatureSpec
 
@@ -99,6 +100,7 @@ def decide_spec(
     """(key, every inferred file or piece) -> the files, or the pieces with their first
     positions, to scan, once ``spec.json`` is saved; none when the source refuses the schema
     (``spec-error.json`` says why)."""
+    guard_worker()
     started = time.time()
     names = sorted(item[1])
     try:

@@ -17,12 +17,14 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from shardfeed.formats.storage import Location
 from shardfeed.formats.tier_copy import Target, copy_if_needed
 from shardfeed.pipelines.runners import make_runner
+from shardfeed.pipelines.worker_guard import guard_worker
 from shardfeed.planning.staging import CopyTask
 
 _OUTCOMES = ("copied", "recopied", "skipped")
 
 
 def copy_one(task: tuple[str, int, str], source: Location, target: Target) -> None:
+    guard_worker()
     rel, size, sha256 = task
     outcome, nbytes = copy_if_needed(source, target, rel, size, sha256)
     beam.metrics.Metrics.counter("shardfeed-stage", outcome).inc()

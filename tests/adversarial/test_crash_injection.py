@@ -238,6 +238,9 @@ def test_sigkill_convert_never_publishes_partial_and_reruns_byte_identical(
             driver_only = mode == "multi_processing" and moment is moments[2 * r + 1]
             kill = kill_at(cmd, moment, _convert_probes(dst), driver_only=driver_only)
             assert kill.returncode == (0 if kill.exited_first else -9), kill
+            if driver_only and kill.phase(CONVERT_PHASES) in ("write", "publish", "cleanup"):
+                # workers that ran shardfeed steps watch their driver (pipelines/worker_guard.py)
+                assert kill.orphans == 0, f"SDK workers outlived the killed driver: {kill}"
             kills.append((kill, _check_killed_convert(dst, reference, src, mode)))
         overwrite = ["--overwrite"] if (dst / MANIFEST_PATH).exists() else []
         done = subprocess.run(

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from shardfeed.formats.atomic import temp_name
+from shardfeed.formats.atomic import TMP_MARKER, temp_name
 from shardfeed.formats.layout import LEASE_NAME
 from shardfeed.formats.object_upload import s3_client
 from shardfeed.formats.retry import retried
@@ -169,6 +169,9 @@ class WriterLease:
 
     def __enter__(self) -> WriterLease:
         self.acquire()
+        cleanup = getattr(self._store, "clean_temporaries", None)
+        if cleanup is not None:
+            cleanup()
         self._thread = threading.Thread(
             target=self._renew_loop, name="shardfeed-lease", daemon=True
         )
@@ -343,10 +346,23 @@ class _PosixStore:
                 with contextlib.suppress(FileExistsError):
                     os.link(grave, self.path)
                 return False
+        except (FileNotFoundError, LeaseHeldError):  # a new holder cleaned it up, or not a lease
+            return False
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(grave)
         return self.create(record)
+
+    def clean_temporaries(self) -> None:
+        """Delete lease temporaries of attempts that died (a process killed while writing its
+        record): called by the holder, when any other attempt in flight is bound to fail."""
+        directory, name = os.path.split(self.path)
+        prefix = f".{name}{TMP_MARKER}"
+        with contextlib.suppress(OSError):
+            for entry in os.listdir(directory):
+                if entry.startswith(prefix):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(os.path.join(directory, entry))
 
     def replace(self, mine: LeaseRecord, fresh: LeaseRecord) -> str | None:
         current, _ = self.read(self.path)

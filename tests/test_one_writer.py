@@ -424,3 +424,32 @@ def test_readers_never_take_the_lease_nor_wait_for_it(tmp_path, corpora):
         ]
         assert sorted(seen) == sorted(f"a-{i}" for i in range(4000))
         assert (dst / LEASE_NAME).exists()
+
+
+def test_a_killed_writer_s_lease_on_another_node_expires_then_is_taken_over(tmp_path, corpora):
+    """A writer on another node (its host rewritten so: this machine cannot see its process)
+    killed with SIGKILL: its lease is honoured until its term and the skew allowance pass,
+    then the next run takes it over and says it expired."""
+    from shardfeed.formats.writer_lease import SKEW_SECONDS
+
+    dst = tmp_path / "dst"
+    env = {**os.environ, "SHARDFEED_LEASE_SECONDS": "4"}
+    run = _Waiting(["convert", str(corpora["a"][0]), str(dst), *CONVERT], tmp_path, env)
+    run.go()
+    assert _wait_for(_local_moments(dst)["scanning"], run.proc)
+    run.proc.send_signal(signal.SIGKILL)
+    run.finish()
+    lease = dst / LEASE_NAME
+    record = json.loads(lease.read_text())
+    record["host"] = "another-node"
+    lease.write_text(json.dumps(record))
+    argv = [*CLI, "convert", str(corpora["b"][0]), str(dst), *CONVERT]
+    early = subprocess.run(argv, capture_output=True, text=True, timeout=180, env=env)
+    assert early.returncode == 1  # within its term (4 s, plus the skew allowance): refused
+    assert "convert on another-node pid" in _holder_line(early.stderr)
+    time.sleep(max(0.0, record["expires"] + SKEW_SECONDS + 0.5 - time.time()))
+    late = subprocess.run(argv, capture_output=True, text=True, timeout=180, env=env)
+    assert late.returncode == 0, late.stderr
+    assert "took over the writer lease of convert on another-node" in late.stdout
+    assert "expired at" in late.stdout
+    assert _ids(str(dst)) == sorted(f"b-{i}" for i in range(6000))

@@ -240,3 +240,17 @@ def test_assign_and_hot_hold_the_dataset_s_lease(make_small_dataset, tmp_path):
     plan.save()
     hot.save()
     assert not (root / LEASE_NAME).exists()
+
+
+def test_a_killed_attempt_s_temporary_is_removed_by_the_next_holder(tmp_path):
+    """A process killed while writing its lease record leaves an empty temporary beside the
+    lease; the next holder removes it (verify refuses temporaries in a dataset)."""
+    from shardfeed.formats.atomic import temp_name
+
+    root = StorePath(str(tmp_path / "ds"))
+    os.makedirs(root.local)
+    left = temp_name(os.path.join(root.local, LEASE_NAME))
+    open(left, "wb").close()
+    with WriterLease(root, "stage"):
+        assert not os.path.exists(left)
+    assert os.listdir(root.local) == []

@@ -8,6 +8,7 @@ dataset they were made for and the sha256 of their table.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -32,11 +33,15 @@ SOURCE_KINDS = ("weights-file", "weights-column", "mixture", "access-log")
 
 def _number(obj: dict[str, Any], key: str, where: str) -> float:
     value = get(obj, key, float, where)
-    if not value >= 0 or value == float("inf"):
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond any float: not finite either
+        number = math.inf
+    if not number >= 0 or math.isinf(number):
         raise SchemaError(
-            f"{where}.{key}" if where else key, f"must be finite and >= 0, got {value}"
+            f"{where}.{key}" if where else key, f"must be finite and >= 0, got {str(value)[:40]}"
         )
-    return float(value)
+    return number
 
 
 @dataclass(frozen=True)

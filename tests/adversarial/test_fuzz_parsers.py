@@ -691,6 +691,21 @@ def test_sidecar_documents_are_valid() -> None:
         parse(json.dumps(make()).encode())
 
 
+@pytest.mark.parametrize(
+    "kind, where", [("cache_plan", ("pins", 0, "coverage")), ("hot_index", ("expected_accesses",))]
+)
+def test_an_integer_beyond_any_float_is_a_schema_error(kind: str, where: tuple) -> None:
+    """Found by the fuzzer: 10**400 where a number goes raised OverflowError."""
+    make, parse, _ = SIDECARS[kind]
+    doc = make()
+    node = doc
+    for step in where[:-1]:
+        node = node[step]
+    node[where[-1]] = 10**400
+    with pytest.raises(SchemaError, match=where[-1]):
+        parse(json.dumps(doc).encode())
+
+
 @FUZZ
 @given(st.sampled_from(sorted(SIDECARS)), EDITS, BYTE_EDITS)
 @example("locations", [(0, "set", _deep(100_000, "["))], [])  # RecursionError escaped

@@ -10,7 +10,7 @@ from typing import Any
 from shardfeed.schemas._strict import check_unicode, get, non_negative, require_object
 from shardfeed.schemas.errors import SchemaError
 from shardfeed.schemas.features import FeatureSpec
-from shardfeed.schemas.paths import check_relative_path
+from shardfeed.schemas.path_template import check_template
 
 CODEBASE_VERSION = "v3.0"
 DEFAULT_CHUNKS_SIZE = 1000
@@ -69,10 +69,10 @@ class Info:
         for name in ("data_files_size_in_mb", "video_files_size_in_mb"):
             if not (_finite(getattr(self, name)) and getattr(self, name) > 0):
                 raise SchemaError(name, f"must be finite and > 0, got {getattr(self, name)}")
-        _check_template("data_path", self.data_path, ("{chunk_index", "{file_index"))
+        check_template(self.data_path, "data_path", ("chunk_index", "file_index"))
         if self.video_path is not None:
-            _check_template(
-                "video_path", self.video_path, ("{video_key", "{chunk_index", "{file_index")
+            check_template(
+                self.video_path, "video_path", ("video_key", "chunk_index", "file_index")
             )
 
     def to_json(self) -> dict[str, Any]:
@@ -150,11 +150,3 @@ def _finite(value: float) -> bool:
         return math.isfinite(value)
     except OverflowError:
         return False
-
-
-def _check_template(field: str, template: str, placeholders: tuple[str, ...]) -> None:
-    """A path template must be a safe relative path naming every placeholder it needs."""
-    missing = [p + "}" for p in placeholders if p not in template]
-    if missing:
-        raise SchemaError(field, f"template {template!r} lacks {missing}")
-    check_relative_path(template, field)

@@ -10,6 +10,7 @@ placeholders LeRobot defines, each bare or with a zero-padded integer width of a
 
 from __future__ import annotations
 
+import functools
 import re
 import string
 from typing import Any
@@ -64,10 +65,15 @@ def check_template(template: str, field: str, required: tuple[str, ...] = ()) ->
     return template
 
 
+@functools.lru_cache(maxsize=64)
+def _checked(template: str, field: str) -> str:
+    return check_template(template, field)
+
+
 def expand(template: str, field: str, **values: Any) -> str:
-    """The path ``template`` names for ``values``: the template checked first, the result
-    checked to be a safe relative path."""
-    check_template(template, field)
+    """The path ``template`` names for ``values``: the template checked first (once per
+    template), the result checked to be a safe relative path."""
+    _checked(template, field)
     try:
         path = template.format(**values)
     except (KeyError, ValueError) as err:

@@ -615,3 +615,29 @@ def test_reachy2_v30_every_frame_matches_and_the_totals_warning_is_a_note():
     dropped = LeRobotSource(REACHY, drop_videos=True)
     assert "video feature 'observation.image' dropped (--drop-videos)" in dropped.meta().notes
     assert dropped.spec() == spec
+
+
+@pytest.mark.parametrize("version", ["v2.1", "v3.0"])
+@pytest.mark.parametrize(
+    "template",
+    [
+        "data/{chunk_index:>999999999}/{file_index}{episode_index}.parquet",
+        "data/{chunk_index.__class__}/{file_index}{episode_index}.parquet",
+        "data/{x[0]}/{chunk_index}{file_index}{episode_index}.parquet",
+    ],
+)
+def test_a_hostile_path_template_is_refused_before_it_is_expanded(tmp_path, version, template):
+    """info.json's data_path is input: a width of a billion, attribute or index lookups are a
+    SchemaError naming data_path when the source opens, before any path is built."""
+    if version == "v2.1":
+        make_v21(tmp_path, {0: 3})
+    else:
+        make_v30(
+            tmp_path, [[v30_rows(0, 3, 0)]], [{"episode_index": 0, "file": 0, "from": 0, "to": 3}]
+        )
+    info = json.loads((tmp_path / "meta/info.json").read_text())
+    info["data_path"] = template
+    (tmp_path / "meta/info.json").write_text(json.dumps(info))
+    with pytest.raises(SchemaError) as refused:
+        LeRobotSource(tmp_path).units()
+    assert refused.value.field == "data_path", refused.value

@@ -53,7 +53,7 @@ from shardfeed.schemas.errors import SchemaError, ShardfeedError, UnsafePathErro
 from shardfeed.schemas.features import Feature, FeatureSpec
 from shardfeed.schemas.info import DEFAULT_VIDEO_PATH, Info
 from shardfeed.schemas.manifest import FileRecord
-from shardfeed.schemas.paths import check_relative_path
+from shardfeed.schemas.path_template import expand
 from shardfeed.schemas.rejects import RejectError, RejectRecord
 
 SUPPORTED_VERSIONS = ("v2.1", "v3.0")
@@ -249,7 +249,7 @@ class LeRobotSource:
                     raise SchemaError(
                         f"{where}.episode_index", f"duplicate episode {index}", source=rel
                     )
-                data_file = _expand(
+                data_file = expand(
                     info.data_path,
                     "data_path",
                     chunk_index=row["data/chunk_index"],
@@ -270,7 +270,7 @@ class LeRobotSource:
                     if info.video_path is None or chunk is None or number is None:
                         self._video_files[key] = None  # metadata does not say where they are
                     elif self._video_files.get(key, set()) is not None:
-                        path = _expand(
+                        path = expand(
                             info.video_path,
                             "video_path",
                             video_key=key,
@@ -837,7 +837,7 @@ class LeRobotSource:
                         f"{self.root}: no video of {key!r} is known for episode {ref.position}"
                     )
                 inputs.append(video.Segment(self.location, seg.path, seg.start, seg.end))
-            rel = _expand(
+            rel = expand(
                 DEFAULT_VIDEO_PATH,
                 "video_path",
                 video_key=key,
@@ -891,14 +891,6 @@ def _seconds(value: Any) -> float | None:
 
 def _hidden(rel: str) -> bool:
     return any(part.startswith(".") for part in rel.split("/"))
-
-
-def _expand(template: str, field: str, **values: Any) -> str:
-    try:
-        path = template.format(**values)
-    except (KeyError, IndexError, ValueError) as err:
-        raise SchemaError(field, f"cannot expand template {template!r}: {err!r}") from None
-    return check_relative_path(path, field)
 
 
 def _runs(values: np.ndarray) -> list[tuple[int, int, int]]:

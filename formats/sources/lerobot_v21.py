@@ -20,7 +20,7 @@ from typing import Any
 from shardfeed.schemas._strict import get, non_negative, require_object
 from shardfeed.schemas.errors import SchemaError
 from shardfeed.schemas.features import FeatureSpec
-from shardfeed.schemas.paths import check_relative_path
+from shardfeed.schemas.path_template import check_template, expand
 
 V21_VERSIONS = ("v2.1",)
 INFO_PATH = "meta/info.json"
@@ -53,7 +53,7 @@ class V21Info:
 
     def data_file(self, episode_index: int) -> str:
         """Root-relative Parquet path of one episode, from the ``data_path`` template."""
-        return _format(
+        return expand(
             self.data_path,
             "data_path",
             episode_chunk=episode_index // self.chunks_size,
@@ -64,7 +64,7 @@ class V21Info:
         """Root-relative MP4 path of one episode's video for ``video_key``."""
         if self.video_path is None:
             raise SchemaError("video_path", "is null but the dataset has video features")
-        return _format(
+        return expand(
             self.video_path,
             "video_path",
             episode_chunk=episode_index // self.chunks_size,
@@ -105,10 +105,10 @@ def _parse_info(obj: Any) -> V21Info:
     if fps < 0:
         raise SchemaError("fps", f"must be >= 0, got {fps}")
     data_path = get(obj, "data_path", str, "", optional=True, default=DEFAULT_V21_DATA_PATH)
-    _check_template("data_path", data_path, ("{episode_index",))
+    check_template(data_path, "data_path", ("episode_index",))
     video_path = get(obj, "video_path", str, "", optional=True, nullable=True)
     if video_path is not None:
-        _check_template("video_path", video_path, ("{episode_index", "{video_key"))
+        check_template(video_path, "video_path", ("episode_index", "video_key"))
     return V21Info(
         features=FeatureSpec.from_json(get(obj, "features", dict, "")),
         fps=fps,
@@ -218,21 +218,6 @@ def _index(obj: dict[str, Any], key: str, where: str, source: str) -> int:
         return non_negative(get(obj, key, int, where), f"{where}.{key}")
     except SchemaError as err:
         raise err.with_source(source) from None
-
-
-def _check_template(field: str, template: str, placeholders: tuple[str, ...]) -> None:
-    missing = [p + "}" for p in placeholders if p not in template]
-    if missing:
-        raise SchemaError(field, f"template {template!r} lacks {missing}")
-    check_relative_path(template, field)
-
-
-def _format(template: str, field: str, **values: Any) -> str:
-    try:
-        path = template.format(**values)
-    except (KeyError, IndexError, ValueError) as err:
-        raise SchemaError(field, f"cannot expand template {template!r}: {err!r}") from None
-    return check_relative_path(path, field)
 
 
 def load_text(read_bytes: Callable[[str], bytes], rel: str) -> str:

@@ -7,9 +7,9 @@ would give: the same format, size and mode, with Pillow raising nothing on the w
 else it returns None and the caller asks Pillow. So a None is always safe; a non-None answer is a
 promise, checked against Pillow by ``tests/test_image_header.py``.
 
-The rules below mirror ``PIL.JpegImagePlugin`` and ``PIL.PngImagePlugin`` of Pillow 12 (the
-versions in :data:`_VERIFIED_PILLOW`); other Pillow versions always get None until someone re-reads
-those plugins. Not covered (always None): WebP (libwebp's demuxer validates the whole container, so
+The rules below mirror ``PIL.JpegImagePlugin`` and ``PIL.PngImagePlugin`` of Pillow 12 and 13 (the
+versions in :data:`_VERIFIED_PILLOW`; 13 changed how a short ``cHRM`` chunk fails, followed below);
+other Pillow versions always get None until someone re-reads those plugins. Not covered (always None): WebP (libwebp's demuxer validates the whole container, so
 only libwebp can say what it accepts), GIF, BMP, MPO, APNG, and every unusual JPEG or PNG feature
 listed in :func:`_jpeg` and :func:`_png`.
 """
@@ -26,8 +26,9 @@ import PIL
 from PIL import Image, ImageFile, JpegImagePlugin, PngImagePlugin
 
 #: Pillow major versions whose JPEG and PNG ``_open`` this module was checked against.
-_VERIFIED_PILLOW = frozenset({12})
-_ENABLED = int(PIL.__version__.split(".", 1)[0]) in _VERIFIED_PILLOW
+_VERIFIED_PILLOW = frozenset({12, 13})
+_PILLOW_MAJOR = int(PIL.__version__.split(".", 1)[0])
+_ENABLED = _PILLOW_MAJOR in _VERIFIED_PILLOW
 
 _MARKER = struct.Struct(">BBH")  # JPEG: FF, marker code, segment length
 _U32 = struct.Struct(">I")
@@ -363,6 +364,8 @@ def _png_chunk_ok(cid: bytes, s: bytes, mode: str) -> int | None:
     if cid == b"gAMA":
         return 0 if len(s) >= 4 else None
     if cid == b"cHRM":
+        if _PILLOW_MAJOR >= 13:  # eight 32-bit values, the rest ignored; fewer raise
+            return 0 if len(s) >= 32 else None
         return 0 if len(s) % 4 == 0 else None  # struct.unpack of len // 4 ints needs an exact fit
     if cid == b"sRGB":
         return 0 if len(s) >= 1 else None

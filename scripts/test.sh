@@ -51,11 +51,14 @@ python -m pytest ${PYTEST_ARGS[@]+"${PYTEST_ARGS[@]}"}
 
 # After the main suite passes: the real lerobot library loads our output and the PyTorch adapter
 # splits epochs across DataLoader workers (their own venv, with torch); then the tf.data adapter
-# (its own venv: TensorFlow 2.16 needs numpy < 2). SHARDFEED_SKIP_INTEROP=1 skips both for quick
+# (its own venv: TensorFlow 2.16 needs numpy < 2). Before them, the core alone on the newest
+# pyarrow, numpy and Pillow its ranges allow. SHARDFEED_SKIP_INTEROP=1 skips all three for quick
 # local runs; CI always runs them.
 if [[ "${SHARDFEED_SKIP_INTEROP:-}" == "1" ]]; then
-    echo "test.sh: SHARDFEED_SKIP_INTEROP=1: skipping scripts/test_lerobot_interop.sh and scripts/test_tf_interop.sh"
+    echo "test.sh: SHARDFEED_SKIP_INTEROP=1: skipping scripts/test_lerobot_interop.sh, scripts/test_tf_interop.sh and scripts/test_core_latest.sh"
 else
+    echo "test.sh: the core on the newest pyarrow, numpy and Pillow, without Beam (scripts/test_core_latest.sh)"
+    bash scripts/test_core_latest.sh
     echo "test.sh: lerobot and torch interop (scripts/test_lerobot_interop.sh)"
     bash scripts/test_lerobot_interop.sh
     echo "test.sh: tf.data interop (scripts/test_tf_interop.sh)"

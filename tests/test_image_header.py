@@ -507,6 +507,10 @@ def odd_pngs() -> dict[str, bytes]:
         "trns-LA": raw_png(4, 4, 8, 4, before_idat=(png_chunk(b"tRNS", b""),)),
         "gama-short": with_chunks(rgb, png_chunk(b"gAMA", b"\0\0")),
         "chrm-odd": with_chunks(rgb, png_chunk(b"cHRM", bytes(30))),
+        # Pillow 12 unpacks len // 4 values (an exact fit), 13 the first eight (32 bytes or more)
+        "chrm-short": with_chunks(rgb, png_chunk(b"cHRM", bytes(8))),
+        "chrm-long-odd": with_chunks(rgb, png_chunk(b"cHRM", bytes(33))),
+        "chrm-long": with_chunks(rgb, png_chunk(b"cHRM", bytes(36))),
         "srgb-empty": with_chunks(rgb, png_chunk(b"sRGB", b"")),
         "phys-short": with_chunks(rgb, png_chunk(b"pHYs", bytes(8))),
         "iccp-no-method": with_chunks(rgb, png_chunk(b"iCCP", b"name\0")),

@@ -24,12 +24,15 @@ worker = subprocess.Popen(sys.argv[1], shell=True)
 print(worker.pid, flush=True)
 time.sleep(60)
 """
-#: a worker that runs a shardfeed step (the guard), then would idle for a minute
+#: a worker that runs a shardfeed step (the guard), says so, then would idle for a minute
 WORKER = (
-    f"{sys.executable} -c 'import time; from shardfeed.pipelines.worker_guard import "
-    "guard_worker; guard_worker(); time.sleep(60)'"
+    f"{sys.executable} -c 'import os, time; from shardfeed.pipelines.worker_guard import "
+    'guard_worker; guard_worker(); open(os.environ["READY"], "w").close(); time.sleep(60)\''
 )
-IDLE = f"{sys.executable} -c 'import time; time.sleep(60)'"
+IDLE = (
+    f"{sys.executable} -c 'import os, time; "
+    'open(os.environ["READY"], "w").close(); time.sleep(60)\''
+)
 
 
 def _descendants(pid: int) -> list[int]:
@@ -62,15 +65,21 @@ def _cmdline(pid: int) -> str:
 
 
 @pytest.mark.parametrize("command, ends", [(WORKER, True), (IDLE, False)])
-def test_a_worker_that_ran_a_step_ends_with_its_killed_driver(command, ends):
+def test_a_worker_that_ran_a_step_ends_with_its_killed_driver(command, ends, tmp_path):
     """The driver is killed with SIGKILL: the guarded worker (started through /bin/sh -c, as
     Beam starts SDK workers) exits within a few polls; the unguarded control does not."""
+    ready = tmp_path / "ready"
     driver = subprocess.Popen(
-        [sys.executable, "-c", DRIVER, command], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", DRIVER, command],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "READY": str(ready)},
     )
     workers: list[int] = []
     try:
-        time.sleep(2.0)  # the worker imported shardfeed and started its watch
+        deadline = time.monotonic() + 60
+        while not ready.exists() and time.monotonic() < deadline:  # its watch has started
+            time.sleep(0.02)
         workers = _descendants(driver.pid)
         assert workers, "the worker did not start"
         driver.send_signal(signal.SIGKILL)

@@ -619,16 +619,21 @@ def test_reachy2_v30_every_frame_matches_and_the_totals_warning_is_a_note():
 
 @pytest.mark.parametrize("version", ["v2.1", "v3.0"])
 @pytest.mark.parametrize(
-    "template",
+    "template, says",
     [
-        "data/{chunk_index:>999999999}/{file_index}{episode_index}.parquet",
-        "data/{chunk_index.__class__}/{file_index}{episode_index}.parquet",
-        "data/{x[0]}/{chunk_index}{file_index}{episode_index}.parquet",
+        ("data/{chunk_index:>999999999}/{file_index}{episode_index}.parquet", "integer width"),
+        ("data/{chunk_index.__class__}/{file_index}{episode_index}.parquet", "is not one of"),
+        ("data/{x[0]}/{chunk_index}{file_index}{episode_index}.parquet", "is not one of"),
     ],
 )
-def test_a_hostile_path_template_is_refused_before_it_is_expanded(tmp_path, version, template):
+def test_a_hostile_path_template_is_refused_before_it_is_expanded(
+    tmp_path, version, template, says
+):
     """info.json's data_path is input: a width of a billion, attribute or index lookups are a
-    SchemaError naming data_path when the source opens, before any path is built."""
+    SchemaError naming data_path and the placeholder, before any path is built (no string of a
+    gigabyte first: peak traced memory stays under 64 MiB)."""
+    import tracemalloc
+
     if version == "v2.1":
         make_v21(tmp_path, {0: 3})
     else:
@@ -638,6 +643,12 @@ def test_a_hostile_path_template_is_refused_before_it_is_expanded(tmp_path, vers
     info = json.loads((tmp_path / "meta/info.json").read_text())
     info["data_path"] = template
     (tmp_path / "meta/info.json").write_text(json.dumps(info))
-    with pytest.raises(SchemaError) as refused:
-        LeRobotSource(tmp_path).units()
+    tracemalloc.start()
+    try:
+        with pytest.raises(SchemaError) as refused:
+            LeRobotSource(tmp_path).units()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
     assert refused.value.field == "data_path", refused.value
+    assert says in str(refused.value) and peak < 64 << 20, (str(refused.value)[:200], peak)

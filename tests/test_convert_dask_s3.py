@@ -19,6 +19,7 @@ import os
 import random
 import signal
 import sys
+import time
 
 import pyarrow.fs as pafs
 import pytest
@@ -256,7 +257,12 @@ def _kill_on_part(proxy: RecordingProxy, times: int) -> list[int]:
     def hook(request: Request, port: int) -> bool:
         if len(killed) >= times or request.from_driver or "partNumber=2" not in request.query:
             return True
-        pid = client_pid(port)
+        pid = None
+        for _ in range(10):  # the socket's owner, read from /proc, can lag behind the request
+            pid = client_pid(port)
+            if pid is not None:
+                break
+            time.sleep(0.02)
         if pid is None or pid == os.getpid():
             return True
         killed.append(pid)

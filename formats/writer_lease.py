@@ -204,6 +204,8 @@ class WriterLease:
         rounds = 0
         while rounds < _ATTEMPTS:
             rounds += 1
+            now = self.clock()  # a full term from when it is taken, however long it waited
+            mine = replace(mine, started=now, renewed=now, expires=now + self.seconds)
             if self._store.create(mine):
                 self._record = mine
                 return

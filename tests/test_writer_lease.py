@@ -254,3 +254,26 @@ def test_a_killed_attempt_s_temporary_is_removed_by_the_next_holder(tmp_path):
     with WriterLease(root, "stage"):
         assert not os.path.exists(left)
     assert os.listdir(root.local) == []
+
+
+def test_a_lease_taken_after_waiting_runs_a_full_term_from_then(tmp_path):
+    """A job that waited for the holder to let go gets a whole term from the moment it takes
+    the lease, not from when it began to wait (else others could take it over at once)."""
+    root = StorePath(str(tmp_path / "ds"))
+    clock = [1_000_000.0]
+    holder = WriterLease(root, "stage", seconds=30.0)
+    holder.acquire()
+    waiter = WriterLease(root, "stage", seconds=30.0, wait=5.0, clock=lambda: clock[0])
+
+    def let_go_later():
+        time.sleep(0.3)
+        clock[0] += 100.0  # the waiter's clock moved on while it waited
+        holder.release()
+
+    import threading
+
+    threading.Thread(target=let_go_later).start()
+    waiter.acquire()
+    record = json.loads(_lease_path(root).read_bytes())
+    assert record["started"] == clock[0] and record["expires"] == clock[0] + 30.0
+    waiter.release()

@@ -135,8 +135,14 @@ def _moments(
 
 
 def _tree(root: Path) -> dict[str, bytes]:
-    """Every file under ``root``, temporaries included, as {relative posix path: bytes}."""
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    """Every file under ``root``, temporaries included, as {relative posix path: bytes}; not a
+    writer's lease, which a run killed after publishing leaves for the next writer to take over
+    (readers never look at it)."""
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in root.rglob("*")
+        if p.is_file() and p.name != LEASE_NAME
+    }
 
 
 def _differences(tree: dict[str, bytes], reference: dict[str, bytes]) -> list[str]:
@@ -329,7 +335,7 @@ def _check_killed_stage(
         finals = {
             k: v
             for k, v in (_tree(root) if root.exists() else {}).items()
-            if not is_temp_name(k.rsplit("/", 1)[-1]) and k != LEASE_NAME  # the killed run's
+            if not is_temp_name(k.rsplit("/", 1)[-1])
         }
         for rel, data in finals.items():
             assert rel in refs[tier], f"{tier}: unexpected {rel}"

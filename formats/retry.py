@@ -119,9 +119,9 @@ class RetryPolicy:
     @classmethod
     def from_env(cls) -> RetryPolicy:
         """The policy the environment sets (module docstring), checked."""
-        attempts = _env_number(ATTEMPTS_ENV, int, cls.attempts, 1, 1000)
-        seconds = _env_number(SECONDS_ENV, float, cls.total_seconds, 0.0, 86_400.0)
-        base = _env_number(BACKOFF_ENV, float, cls.base, 0.0, 60.0)
+        attempts = env_number(ATTEMPTS_ENV, int, cls.attempts, 1, 1000)
+        seconds = env_number(SECONDS_ENV, float, cls.total_seconds, 0.0, 86_400.0)
+        base = env_number(BACKOFF_ENV, float, cls.base, 0.0, 60.0)
         return cls(int(attempts), float(seconds), float(base))
 
     def wait(self, attempt: int, rng: random.Random) -> float:
@@ -131,10 +131,12 @@ class RetryPolicy:
 
 def io_timeout() -> float:
     """Seconds one request may take to connect or answer (``SHARDFEED_IO_TIMEOUT``, 60)."""
-    return float(_env_number(TIMEOUT_ENV, float, 60.0, 0.1, 3600.0))
+    return float(env_number(TIMEOUT_ENV, float, 60.0, 0.1, 3600.0))
 
 
-def _env_number(name: str, kind: type, default: float, low: float, high: float) -> float:
+def env_number(name: str, kind: type, default: float, low: float, high: float) -> float:
+    """Setting ``name`` from the environment as ``kind``, ``default`` when unset, refused in one
+    line when it is not a number or lies outside ``low..high``."""
     text = os.environ.get(name)
     if not text:
         return default

@@ -33,7 +33,7 @@ from typing import Any
 from shardfeed.formats.atomic import TMP_MARKER, temp_name
 from shardfeed.formats.layout import LEASE_NAME
 from shardfeed.formats.object_upload import s3_client
-from shardfeed.formats.retry import retried
+from shardfeed.formats.retry import env_number, retried
 from shardfeed.formats.store_path import StorePath
 from shardfeed.schemas.errors import ShardfeedError
 
@@ -117,16 +117,7 @@ class LeaseRecord:
 
 def lease_seconds() -> float:
     """The lease term (``SHARDFEED_LEASE_SECONDS``, default 120; 2 s to a day)."""
-    text = os.environ.get(SECONDS_ENV)
-    if not text:
-        return DEFAULT_SECONDS
-    try:
-        value = float(text)
-    except ValueError:
-        raise ShardfeedError(f"{SECONDS_ENV}={text!r} is not a number") from None
-    if not 2.0 <= value <= 86_400.0:
-        raise ShardfeedError(f"{SECONDS_ENV}={text} is outside 2..86400")
-    return value
+    return float(env_number(SECONDS_ENV, float, DEFAULT_SECONDS, 2.0, 86_400.0))
 
 
 class WriterLease:

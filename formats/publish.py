@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
 import pyarrow as pa
 import zstandard
@@ -304,7 +305,7 @@ def build_shard(
             )
         for episode, source_id in zip(episodes, source_episode_ids, strict=True):
             episode.source_episode_index = int(source_id)
-    record = dataclasses.replace(record, units=len(episodes) if episodic else record.rows)
+    record = msgspec.structs.replace(record, units=len(episodes) if episodic else record.rows)
     cost = row_cost(table, spec, resolve_cost_kind(spec, options.cost), row_bytes)
     return ShardOutcome(
         number, record, stats, episodes, row_bytes, cost, row_offsets=written.row_offsets

@@ -134,7 +134,7 @@ def check_finite(value: Any, where: str) -> None:
             raise SchemaError(field, f"is {node!r}, not a finite number")
 
 
-def _may_hold_surrogate(text: str | bytes) -> bool:
+def may_hold_surrogate(text: str | bytes) -> bool:
     """Whether a JSON text may hold a lone surrogate: only an escape (a backslash) or, in a str, a
     non-ASCII character can. Both tests run at memory speed (a one-character search is a
     ``memchr``); the pattern search they spare cost as much as parsing a 20,000-shard manifest."""
@@ -158,7 +158,7 @@ def load_document(text: str | bytes, source: str, parse: Callable[[Any], T]) -> 
     except RecursionError:
         raise SchemaError("<root>", "not valid JSON (nested too deeply)", source=source) from None
     try:
-        if _may_hold_surrogate(text):
+        if may_hold_surrogate(text):
             check_unicode(obj)
         return parse(obj)
     except SchemaError as err:

@@ -7,8 +7,8 @@ host, time or destination, so the same input and content options give a byte-ide
 
 from __future__ import annotations
 
-import collections
 import contextlib
+import dataclasses
 import functools
 import gc
 import hashlib
@@ -18,7 +18,9 @@ import operator
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
 
 from shardfeed.schemas._strict import (
     check_finite,
@@ -26,6 +28,7 @@ from shardfeed.schemas._strict import (
     get,
     item_count,
     load_document,
+    may_hold_surrogate,
     non_negative,
     parse_version,
     require_object,
@@ -44,21 +47,27 @@ ENCODINGS = ("parquet", "tfrecord", "tfrecord-gzip")
 COST_KINDS = ("tokens", "pixels", "frames", "bytes")
 
 
-@dataclass(frozen=True)
-class ShardRecord:
-    """One data shard. ``row_groups`` lists rows per row group; indices are global, end exclusive."""
+#: a count in a shard record: msgspec checks the bound while it decodes (``Manifest.loads``)
+_Count = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class ShardRecord(msgspec.Struct, frozen=True, gc=False):
+    """One data shard. ``row_groups`` lists rows per row group; indices are global, end exclusive.
+
+    A frozen msgspec struct rather than a dataclass: ``Manifest.loads`` decodes 20,000 of them
+    straight from the manifest's bytes, with their types and bounds checked in C."""
 
     path: str
-    bytes: int
-    payload_bytes: int
-    rows: int
-    row_groups: tuple[int, ...]
+    bytes: _Count
+    payload_bytes: _Count
+    rows: _Count
+    row_groups: tuple[_Count, ...]
     sha256: str
-    index_start: int
-    index_end: int
+    index_start: _Count
+    index_end: _Count
     #: planning units in the shard (episodes for episodic data, else rows); None in manifests
     #: written before it existed. ``inspect`` leaves single oversized units out of the balance.
-    units: int | None = None
+    units: _Count | None = None
     #: sha256 of the Parquet footer (the trailing metadata, its length and magic; FORMAT.md §5):
     #: the reader checks it when it opens the shard, so a valid shard put in another's place is
     #: refused without hashing the whole file. None for TFRecord shards and older manifests.
@@ -416,12 +425,18 @@ class Manifest:
         # the parse allocates a few objects per field, all acyclic: pausing the cycle collector
         # keeps it from walking the growing document again and again (a quarter of the time)
         with _collector_paused():
-            return load_document(text, source, functools.partial(cls.from_json, owned=True))
+            usual = _decode_usual(text)
+            if usual is not None:
+                try:
+                    return cls.from_json(usual[0], shards=usual[1])
+                except SchemaError as err:
+                    raise err.with_source(source) from None
+            return load_document(text, source, cls.from_json)
 
     @classmethod
-    def from_json(cls, obj: Any, *, owned: bool = False) -> Manifest:
-        """The manifest of a parsed JSON object, checked. ``owned``: the caller hands ``obj``
-        over (``loads`` does), so its shard objects may become the records' own, uncopied."""
+    def from_json(cls, obj: Any, *, shards: tuple[ShardRecord, ...] | None = None) -> Manifest:
+        """The manifest of a parsed JSON object, checked. ``shards``: the records already decoded
+        and checked by :func:`_decode_usual`, in place of ``obj["shards"]``."""
         obj = require_object(obj, "")
         version = get(obj, "format_version", str, "")
         parse_version(version, "format_version", FORMAT_MAJOR)
@@ -430,15 +445,18 @@ class Manifest:
             raise SchemaError(
                 "encoding", f"unknown shard encoding {encoding!r}; expected one of {ENCODINGS}"
             )
-        shards = get(obj, "shards", list, "")
+        if shards is None:
+            shards = tuple(
+                ShardRecord.from_json(s, f"shards[{i}]")
+                for i, s in enumerate(get(obj, "shards", list, ""))
+            )
         files = get(obj, "files", list, "")
         return cls(
             format_version=version,
             encoding=encoding,
             num_samples=non_negative(get(obj, "num_samples", int, ""), "num_samples"),
             fingerprint=_fingerprint_field(get(obj, "fingerprint", str, "")),
-            shards=_plain_shards(shards, owned)
-            or tuple(ShardRecord.from_json(s, f"shards[{i}]") for i, s in enumerate(shards)),
+            shards=shards,
             files=tuple(FileRecord.from_json(f, f"files[{i}]") for i, f in enumerate(files)),
             rejects=Rejects.from_json(get(obj, "rejects", dict, "")),
             provenance=Provenance.from_json(get(obj, "provenance", dict, "")),
@@ -487,74 +505,64 @@ def _compact(value: Any) -> str:
 #: one or more newline-ended relative paths of plain ASCII segments (letters, digits, ``_``, ``-``
 #: and ``.``, never starting with a dot): what ``check_relative_path`` accepts, in a narrower form
 _PLAIN_PATHS = re.compile(r"(?:[A-Za-z0-9_-][A-Za-z0-9_.-]*(?:/[A-Za-z0-9_-][A-Za-z0-9_.-]*)*\n)+")
-_SHARD_COUNTS = ("bytes", "payload_bytes", "rows", "index_start", "index_end")
-_SHARD_KEYS = frozenset({*_SHARD_COUNTS, "path", "row_groups", "sha256"})
-_SHARD_OPTIONAL = {"units": None, "footer_sha256": None}
-_SHARD_FIELDS = _SHARD_KEYS | _SHARD_OPTIONAL.keys()
-_SHARD_ORDER = tuple(sorted(_SHARD_KEYS))
-_SHARD_GETTER = operator.itemgetter(*_SHARD_ORDER)
-_FULL_ORDER = tuple(sorted(_SHARD_FIELDS))
-_FULL_GETTER = operator.itemgetter(*_FULL_ORDER)
-_ABSENT = object()
 _HEX_DIGITS = b"0123456789abcdef"
 
 
-def _plain_shards(items: list, owned: bool) -> tuple[ShardRecord, ...] | None:
-    """The shard records of a manifest as shardfeed writes them, checked column by column with the
-    rules of :meth:`ShardRecord.from_json` (a narrower path form; exact integers only); None when
-    any record needs the record-by-record path, which then names the problem. Every DataLoader
-    worker loads the manifest, so 20,000 shards must cost little more than ``json.loads``
-    (``scripts/bench_manifest.sh``): the loops are ``map`` calls, not Python per record."""
-    if not items or set(map(type, items)) != {dict}:
+@functools.cache
+def _usual_decoder() -> msgspec.json.Decoder:
+    """A decoder of the manifest's top level with ``shards`` typed as :class:`ShardRecord`: msgspec
+    builds the records in C, checks each field's type (an int is never a bool) and runs their
+    ``__post_init__``. Every other key stays plain JSON for :meth:`Manifest.from_json`."""
+    others = [
+        (f.name, Any, msgspec.UNSET) for f in dataclasses.fields(Manifest) if f.name != "shards"
+    ]
+    wire = msgspec.defstruct("ManifestWire", [("shards", list[ShardRecord]), *others])
+    return msgspec.json.Decoder(wire)
+
+
+def _decode_usual(text: str | bytes) -> tuple[dict[str, Any], tuple[ShardRecord, ...]] | None:
+    """A manifest as ``convert`` writes it, decoded with its shard records checked column by column
+    with the rules of :meth:`ShardRecord.from_json` (a narrower path form); None when anything is
+    unusual, and the record-by-record path then names the problem. Every DataLoader worker loads
+    the manifest, so 20,000 shards must cost little more than ``json.loads``
+    (``scripts/bench_manifest.sh``)."""
+    if may_hold_surrogate(text):
         return None
-    full = set(map(len, items)) == {len(_SHARD_FIELDS)}  # every optional key, as convert writes
-    order, getter = (_FULL_ORDER, _FULL_GETTER) if full else (_SHARD_ORDER, _SHARD_GETTER)
     try:
-        columns = dict(zip(order, zip(*map(getter, items), strict=True), strict=True))
-    except KeyError:
+        wire = _usual_decoder().decode(text)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
-    if full:
-        units, footers = list(columns["units"]), list(columns["footer_sha256"])
-    else:
-        units, footers = (
-            [
-                v
-                for v in map(dict.get, items, itertools.repeat(key), itertools.repeat(_ABSENT))
-                if v is not _ABSENT
-            ]
-            for key in ("units", "footer_sha256")
-        )
-        if sum(map(len, items)) != len(_SHARD_KEYS) * len(items) + len(units) + len(footers):
-            return None  # a key the records do not know
-    if not _sha256s(columns["sha256"]) or not _sha256s(footers):
+    shards = wire.shards
+    if shards and not _usual_shards(shards, text):
         return None
-    if not _plain_paths(columns["path"]):
-        return None
-    groups = columns["row_groups"]
-    if set(map(type, groups)) != {list}:
-        return None
-    flat = list(itertools.chain.from_iterable(groups))
-    counts = [columns[key] for key in _SHARD_COUNTS] + [units, flat]
-    if not all(map(_counts, filter(None, counts))):  # ints (not bools), none negative
-        return None
-    rows = list(columns["rows"])
-    if list(map(sum, groups)) != rows:
-        return None
-    if list(map(operator.sub, columns["index_end"], columns["index_start"])) != rows:
-        return None
-    # parsed dicts handed over become the records' own: no copies
-    owned_items = items if owned else list(map(dict, items))
-    short = [] if full else [s for s in owned_items if len(s) < len(_SHARD_FIELDS)]
-    for s in short:
-        for key, value in _SHARD_OPTIONAL.items():
-            s.setdefault(key, value)
-    rows_key = itertools.repeat("row_groups")
-    collections.deque(map(dict.__setitem__, owned_items, rows_key, map(tuple, groups)), 0)
-    # every field is checked above, as __post_init__ would
-    records = list(map(object.__new__, itertools.repeat(ShardRecord, len(owned_items))))
-    put = object.__setattr__
-    collections.deque(map(put, records, itertools.repeat("__dict__"), owned_items), 0)
-    return tuple(records)
+    obj = {
+        name: value
+        for name in wire.__struct_fields__
+        if name != "shards" and (value := getattr(wire, name)) is not msgspec.UNSET
+    }
+    return obj, tuple(shards)
+
+
+def _usual_shards(shards: list[ShardRecord], text: str | bytes) -> bool:
+    """What the typed decode leaves to check: digests 64 lowercase hex digits,
+    paths plain, and an optional key never given as ``null`` (each key's mentions in ``text``
+    match the values it set). Each check runs over a whole column, not per record in Python."""
+    units = sum(u is not None for u in map(operator.attrgetter("units"), shards))
+    footers = [f for f in map(operator.attrgetter("footer_sha256"), shards) if f is not None]
+    if _mentions(text, "units") != units or _mentions(text, "footer_sha256") != len(footers):
+        return False
+    return (
+        _sha256s(list(map(operator.attrgetter("sha256"), shards)))
+        and _sha256s(footers)
+        and _PLAIN_PATHS.fullmatch("\n".join(map(operator.attrgetter("path"), shards)) + "\n")
+        is not None
+    )
+
+
+def _mentions(text: str | bytes, key: str) -> int:
+    """How often ``"key"`` occurs in a JSON text (a memory-speed search)."""
+    needle = f'"{key}"'
+    return text.count(needle) if isinstance(text, str) else text.count(needle.encode())
 
 
 @contextlib.contextmanager
@@ -569,11 +577,6 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _counts(values: Sequence) -> bool:
-    """Every value is an int (not a bool) and none is negative."""
-    return set(map(type, values)) == {int} and min(values) >= 0
-
-
 def _sha256s(values: Sequence) -> bool:
     """Every value is 64 lowercase hex digits, checked over all of them joined."""
     if not values:
@@ -585,14 +588,6 @@ def _sha256s(values: Sequence) -> bool:
     except UnicodeEncodeError:
         return False
     return not joined.translate(None, _HEX_DIGITS)  # nothing left once hex digits are deleted
-
-
-def _plain_paths(paths: Sequence) -> bool:
-    """Every path is a plain relative path (:data:`_PLAIN_PATHS`)."""
-    return (
-        set(map(type, paths)) == {str}
-        and _PLAIN_PATHS.fullmatch("\n".join(paths) + "\n") is not None
-    )
 
 
 def _sha256_field(value: str, field: str) -> str:

@@ -1,6 +1,7 @@
-"""``Manifest.loads`` checks a manifest's shard records column by column when they are written as
-shardfeed writes them, and record by record otherwise: both give the same manifest, and every
-record the column checks refuse gets the record-by-record error, word for word."""
+"""``Manifest.loads`` decodes a manifest written as shardfeed writes it on a fast path (msgspec
+builds the shard records, the rest is checked column by column), and record by record otherwise:
+both give the same manifest, and everything the fast path refuses gets the record-by-record
+error, word for word."""
 
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ def load_both(text: str, monkeypatch) -> tuple[object, object]:
             return str(err)
 
     fast = attempt()
-    monkeypatch.setattr(manifest_module, "_plain_shards", lambda items, owned: None)
+    monkeypatch.setattr(manifest_module, "_decode_usual", lambda text: None)
     slow = attempt()
     monkeypatch.undo()
     return fast, slow
@@ -72,14 +73,9 @@ def load_both(text: str, monkeypatch) -> tuple[object, object]:
 def test_the_column_checks_take_a_written_manifest_and_give_the_same_records(monkeypatch):
     manifest = a_manifest()
     text = manifest.dumps()
-    seen = []
-    real = manifest_module._plain_shards
-    monkeypatch.setattr(
-        manifest_module, "_plain_shards", lambda items, owned: seen.append(1) or real(items, owned)
-    )
-    assert Manifest.loads(text) == manifest
-    monkeypatch.undo()
-    assert seen and real(json.loads(text)["shards"], False) is not None  # really the fast path
+    assert manifest_module._decode_usual(text) is not None  # really the fast path
+    assert manifest_module._decode_usual(text.encode()) is not None
+    assert Manifest.loads(text) == Manifest.loads(text.encode()) == manifest
     fast, slow = load_both(text, monkeypatch)
     assert fast == slow == manifest
     # from_json on a caller's object leaves it as it was
@@ -122,16 +118,64 @@ CHANGES = {
     "units null": _set(12, "units", None),
     "a null footer": _set(16, "footer_sha256", None),
     "a missing key": _drop(13, "sha256"),
-    "an unknown key": _set(14, "colour", "blue"),
+    "a string count": _set(3, "bytes", "12"),
+    "a non-ascii digest": _set(1, "sha256", "é" * 64),
     "a shard that is a list": lambda shards: shards.__setitem__(15, [1, 2]),
 }
 
 
 @pytest.mark.parametrize("change", CHANGES.values(), ids=CHANGES.keys())
-def test_what_the_column_checks_refuse_gets_the_record_by_record_answer(change, monkeypatch):
+def test_what_the_fast_path_refuses_gets_the_record_by_record_answer(change, monkeypatch):
     obj = json.loads(a_manifest().dumps())
     change(obj["shards"])
-    text = json.dumps(obj)
-    assert manifest_module._plain_shards(json.loads(text)["shards"], False) is None
+    text = json.dumps(obj, ensure_ascii=False)
+    assert manifest_module._decode_usual(text) is None
     fast, slow = load_both(text, monkeypatch)
     assert fast == slow
+
+
+@pytest.mark.parametrize(("key", "value"), [("colour", "blue"), ("bytes", 10**30)])
+def test_what_both_paths_accept_the_fast_path_takes(key, value, monkeypatch):
+    obj = json.loads(a_manifest().dumps())
+    obj["shards"][14][key] = value
+    text = json.dumps(obj)
+    assert manifest_module._decode_usual(text) is not None
+    fast, slow = load_both(text, monkeypatch)
+    assert isinstance(fast, Manifest) and fast == slow
+
+
+TOP_LEVEL = {
+    "no shards": lambda o: o.update(shards=[]),
+    "samples not covered": lambda o: o.update(num_samples=3),
+    "shards not a list": lambda o: o.update(shards="nope"),
+    "a repeated shard": lambda o: o["shards"].append(o["shards"][0]),
+    "a shard that is a number": lambda o: o["shards"].insert(0, 5),
+    "a null cost": lambda o: o.update(cost=None),
+    "hot shards": lambda o: o.update(hot_shards=2),
+    "too many hot shards": lambda o: o.update(hot_shards=99),
+    "no files": lambda o: o.pop("files"),
+    "an unknown key": lambda o: o.update(extra={"x": 1}),
+    "escapes in an option": lambda o: o["provenance"]["content_options"].update(
+        s="a\\b \ud83d\ude00"
+    ),
+    "a lone surrogate in an option": lambda o: o["provenance"]["content_options"].update(
+        s="\ud800"
+    ),
+    "a new major version": lambda o: o.update(format_version="2.0"),
+}
+
+
+@pytest.mark.parametrize("change", TOP_LEVEL.values(), ids=TOP_LEVEL.keys())
+def test_both_paths_agree_on_changes_to_the_top_level(change, monkeypatch):
+    obj = json.loads(a_manifest().dumps())
+    change(obj)
+    fast, slow = load_both(json.dumps(obj), monkeypatch)
+    assert fast == slow
+
+
+@pytest.mark.parametrize(
+    "text", ['{"shards": [' * 5000, '"\\ud800"', "[]", '{"shards": [{"path": "\\ud800"}]}', "NaN"]
+)
+def test_bad_documents_are_one_schema_error(text):
+    with pytest.raises(SchemaError):
+        Manifest.loads(text)

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import apache_beam as beam
+import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -391,11 +392,13 @@ def test_outcome_state_keeps_sizes_above_uint32(tmp_path):
 
 def test_from_state_refuses_sizes_that_disagree_with_the_record(tmp_path):
     outcome = an_outcome(tmp_path)
-    short = dataclasses.replace(outcome.record, rows=49, row_groups=(49,), index_end=49)
+    short = msgspec.structs.replace(outcome.record, rows=49, row_groups=(49,), index_end=49)
     state = outcome.to_state() | {"record": short.to_json()}
     with pytest.raises(ShardfeedError, match=r"shard 3 .*50 row sizes.*49 rows"):
         ShardOutcome.from_state(state)
-    heavier = dataclasses.replace(outcome.record, payload_bytes=outcome.record.payload_bytes + 1)
+    heavier = msgspec.structs.replace(
+        outcome.record, payload_bytes=outcome.record.payload_bytes + 1
+    )
     with pytest.raises(ShardfeedError, match=r"shard 3 .*payload bytes"):
         ShardOutcome.from_state(outcome.to_state() | {"record": heavier.to_json()})
     garbage = outcome.to_state() | {"row_bytes": {"dtype": "uint32", "zstd_b64": "bm90IHpzdGQ="}}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from shardfeed.cli._common import EXIT_OK, EXIT_USAGE, fail, print_json
+from shardfeed.cli.table import format_table
 from shardfeed.schemas.units import format_size
 
 _SPANS_SHOWN = 20  # spans listed per worker with --rank (all of them with --json)
@@ -90,23 +91,31 @@ def _render(args, header, report: dict, ranks: list[dict], spans: list[dict]) ->
             else []
         ),
         "",
-        f"  {'rank':>6} {'node':>5} {'samples':>10} {'bytes':>11} {'spans':>7} {'home':>7}",
+        *format_table(
+            ("rank", "node", "samples", "bytes", "spans", "home"),
+            [
+                (
+                    r["rank"],
+                    r["node"],
+                    f"{r['samples']:,}",
+                    format_size(r["bytes"]),
+                    f"{r['spans']:,}",
+                    f"{r['home_share']:.4f}",
+                )
+                for r in ranks
+            ],
+            ">>>>>>",
+        ),
     ]
-    for r in ranks:
-        lines.append(
-            f"  {r['rank']:>6} {r['node']:>5} {r['samples']:>10,} {format_size(r['bytes']):>11} "
-            f"{r['spans']:>7,} {r['home_share']:>7.4f}"
-        )
     if spans:
-        lines += ["", f"  {'worker':>6} {'seq':>5}  {'shard':<34} rows"]
+        rows: list[tuple[object, ...]] = []
         for worker in sorted({sp["worker"] for sp in spans}):
             mine = [sp for sp in spans if sp["worker"] == worker]
-            for sp in mine[:_SPANS_SHOWN]:
-                lines.append(
-                    f"  {worker:>6} {sp['seq']:>5}  {sp['path']:<34} [{sp['row_start']}, {sp['row_end']})"
-                )
+            rows += [
+                (worker, sp["seq"], sp["path"], f"[{sp['row_start']}, {sp['row_end']})")
+                for sp in mine[:_SPANS_SHOWN]
+            ]
             if len(mine) > _SPANS_SHOWN:
-                lines.append(
-                    f"  {worker:>6}   ...  {len(mine) - _SPANS_SHOWN} more (--json lists all)"
-                )
+                rows.append((worker, "...", f"{len(mine) - _SPANS_SHOWN} more (--json lists all)"))
+        lines += ["", *format_table(("worker", "seq", "shard", "rows"), rows, ">><<")]
     return "\n".join(lines)

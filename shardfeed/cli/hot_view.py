@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from shardfeed.cli._common import EXIT_OK, print_json
+from shardfeed.cli.table import format_table
 from shardfeed.schemas.units import format_size
 
 _SHARES = (0.5, 0.8, 0.9, 0.99)
@@ -44,13 +45,20 @@ def run(args: argparse.Namespace) -> int:
         f"hot index      {h.samples:,} samples ({h.source.kind}: {h.source.detail})",
         f"per epoch      {h.expected_accesses:,.0f} expected accesses, {format_size(h.accessed_bytes)}",
         "",
-        f"  {'cache':>8} {'bytes':>11} {'of bytes':>9} {'of accesses':>12}",
+        *format_table(
+            ("cache", "bytes", "of bytes", "of accesses"),
+            [
+                (
+                    f"{p['fraction_of_dataset']:.0%}",
+                    format_size(p["cache_bytes"]),
+                    f"{p['bytes_share']:.1%}",
+                    f"{p['accesses_share']:.1%}",
+                )
+                for p in curve
+            ],
+            ">>>>",
+        ),
     ]
-    for p in curve:
-        lines.append(
-            f"  {p['fraction_of_dataset']:>8.0%} {format_size(p['cache_bytes']):>11} "
-            f"{p['bytes_share']:>9.1%} {p['accesses_share']:>12.1%}"
-        )
     lines.append("")
     lines += [f"cache for {k:>3} of accessed bytes: {format_size(v)}" for k, v in needed.items()]
     if plan:

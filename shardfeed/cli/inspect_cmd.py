@@ -6,6 +6,7 @@ import argparse
 
 from shardfeed.cli import assignment_view, hot_view
 from shardfeed.cli._common import EXIT_OK, fail, print_json
+from shardfeed.cli.table import format_table
 from shardfeed.formats.reader import load_locations, open_dataset
 from shardfeed.schemas.units import format_size
 from shardfeed.summary import dataset_summary, staging_summary
@@ -95,9 +96,11 @@ def render(name: str, s: dict, shards, limit: int, staged: dict | None = None) -
             else ""
         ),
         f"episodes       {s['episodes']:,}   tasks {s['tasks']:,}   fps {s['fps']}",
-        f"rejects        {s['rejects']['total']:,}"
-        + "".join(
-            f"\n  {reason:<20} {count:,}" for reason, count in s["rejects"]["by_reason"].items()
+        f"rejects        {s['rejects']['total']:,}",
+        *format_table(
+            None,
+            [(reason, f"{count:,}") for reason, count in s["rejects"]["by_reason"].items()],
+            "<>",
         ),
         *(
             [f"duplicates     {s['duplicates']['total']:,} (left out by convert --dedup)"]
@@ -109,19 +112,34 @@ def render(name: str, s: dict, shards, limit: int, staged: dict | None = None) -
         "",
         "features",
     ]
-    width = max((len(n) for n in s["features"]), default=4)
-    for fname, feat in s["features"].items():
-        note = "" if feat["stored"] else "  (in videos/, no data column)"
-        lines.append(f"  {fname:<{width}}  {feat['dtype']:<8} {feat['shape']}{note}")
+    lines += format_table(
+        None,
+        [
+            (
+                fname,
+                feat["dtype"],
+                feat["shape"],
+                "" if feat["stored"] else "(in videos/, no data column)",
+            )
+            for fname, feat in s["features"].items()
+        ],
+        "<<<<",
+    )
     if s.get("splits"):
         lines += ["", "splits (info.json range; shards [first, end); bytes max/mean)"]
-        w = max(map(len, s["splits"]))
-        for split_name, sp in s["splits"].items():
-            lines.append(
-                f"  {split_name:<{w}}  rows [{sp['index_start']}, {sp['index_end']}) {sp['rows']:,}"
-                f"  info {sp['info_range']}  shards [{sp['shards'][0]}, {sp['shards'][1]})"
-                f"  {format_size(sp['bytes'])}  balance {sp['bytes_max_over_mean']:.4f}"
+        split_rows = [
+            (
+                split_name,
+                f"rows [{sp['index_start']}, {sp['index_end']})",
+                f"{sp['rows']:,}",
+                f"info {sp['info_range']}",
+                f"shards [{sp['shards'][0]}, {sp['shards'][1]})",
+                format_size(sp["bytes"]),
+                f"balance {sp['bytes_max_over_mean']:.4f}",
             )
+            for split_name, sp in s["splits"].items()
+        ]
+        lines += format_table(None, split_rows, "<<><<><")
     if staged is not None:
         lines += _render_tiers(staged["tiers"])
     shown = shards if limit < 0 else shards[:limit]
@@ -132,36 +150,43 @@ def render(name: str, s: dict, shards, limit: int, staged: dict | None = None) -
             if len(shown) < len(shards)
             else "shards",
         ]
-        ranges = [f"[{rec.index_start}, {rec.index_end})" for rec in shown]
-        copies = [""] * len(shown) if staged is None else staged["copies"][: len(shown)]
-        width = max(len("index range"), *map(len, ranges))
-        label = "index range" if staged is None else f"{'index range':<{width}}  copies"
-        lines.append(
-            f"  {'path':<34} {'rows':>9} {'groups':>6} {'bytes':>11} {'payload':>11}  {label}"
-        )
-        for rec, span, held in zip(shown, ranges, copies, strict=True):
-            tail = "" if staged is None else f"  {','.join(held) or '-'}"
-            lines.append(
-                f"  {rec.path:<34} {rec.rows:>9,} {len(rec.row_groups):>6} {format_size(rec.bytes):>11} {format_size(rec.payload_bytes):>11}  {span:<{width}}{tail}".rstrip()
-            )
+        headers = ["path", "rows", "groups", "bytes", "payload", "index range"]
+        rows = [
+            [
+                rec.path,
+                f"{rec.rows:,}",
+                f"{len(rec.row_groups)}",
+                format_size(rec.bytes),
+                format_size(rec.payload_bytes),
+                f"[{rec.index_start}, {rec.index_end})",
+            ]
+            for rec in shown
+        ]
+        if staged is not None:
+            headers.append("copies")
+            for row, held in zip(rows, staged["copies"][: len(rows)], strict=True):
+                row.append(",".join(held) or "-")
+        lines += format_table(headers, rows, "<>>>><<"[: len(headers)])
     return "\n".join(lines)
 
 
 def _render_tiers(tiers: dict) -> list[str]:
     """The tiers section: one line per tier, in the order readers try them."""
-    width = max((len(n) for n in tiers), default=4)
-    lines = [
-        "",
-        "tiers (staged copies, in the order readers try them; then the dataset itself)",
-        f"  {'name':<{width}}  {'scope':<6}  {'complete':<8}  {'shards':>6}  {'bytes':>11}  uri",
-    ]
+    rows = []
     for name, t in tiers.items():
         node = t["shards"] is None
-        shards = "-" if node else f"{t['shards']:,}"
-        nbytes = "-" if node else format_size(t["bytes"])
-        complete = "yes" if t["complete"] else "no"
-        note = "  (per node, see shardfeed warm)" if node else ""
-        lines.append(
-            f"  {name:<{width}}  {t['scope']:<6}  {complete:<8}  {shards:>6}  {nbytes:>11}  {t['uri']}{note}"
+        rows.append(
+            (
+                name,
+                t["scope"],
+                "yes" if t["complete"] else "no",
+                "-" if node else f"{t['shards']:,}",
+                "-" if node else format_size(t["bytes"]),
+                t["uri"] + ("  (per node, see shardfeed warm)" if node else ""),
+            )
         )
-    return lines
+    return [
+        "",
+        "tiers (staged copies, in the order readers try them; then the dataset itself)",
+        *format_table(("name", "scope", "complete", "shards", "bytes", "uri"), rows, "<<<>><"),
+    ]

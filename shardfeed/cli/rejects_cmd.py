@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from shardfeed.cli._common import EXIT_OK, print_json
+from shardfeed.cli.table import format_table
 from shardfeed.formats.rejects import REJECTS_DIR, RejectListing, list_rejects
 from shardfeed.schemas.rejects import REASONS, RejectRecord
 
@@ -74,11 +75,8 @@ def render(name: str, listing: RejectListing, reasons: list[str] | None) -> str:
     of = f" of {listing.recorded_total:,}" if reasons else ""
     noun = "reject" if listing.total == 1 else "rejects"
     lines = [f"{listing.total:,}{of} {noun}{wanted} in {name}"]
-    width = max(len(_printable(r)) for r in listing.by_reason)
-    digits = max(len(f"{n:,}") for n in listing.by_reason.values())
-    for reason, count in listing.by_reason.items():
-        note = REASONS.get(reason, "")
-        lines.append(f"  {_printable(reason):<{width}}  {count:>{digits},}  {note}".rstrip())
+    counts = [(_printable(r), f"{n:,}", REASONS.get(r, "")) for r, n in listing.by_reason.items()]
+    lines += format_table(None, counts, "<><")
     if not listing.stored:
         lines += [
             "",
@@ -87,15 +85,8 @@ def render(name: str, listing: RejectListing, reasons: list[str] | None) -> str:
         return "\n".join(lines)
     if listing.rejects:
         rows = [_row(r) for r in listing.rejects]
-        header = ("source", "position", "reason", "message")
-        widths = [max(len(header[i]), *(len(row[i]) for row in rows)) for i in range(3)]
         lines.append("")
-        for row in [header, *rows]:
-            lines.append(
-                "  ".join(cell.ljust(w) for cell, w in zip(row[:3], widths, strict=True))
-                + "  "
-                + row[3]
-            )
+        lines += format_table(("source", "position", "reason", "message"), rows, "<<<<", indent="")
     hidden = listing.total - len(listing.rejects)
     if hidden:
         lines += ["", f"... and {hidden:,} more (raise --limit to list them)"]

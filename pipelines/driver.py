@@ -100,7 +100,7 @@ class ConvertConfig:
     dedup: bool = False  # leave later exact copies out (listed in duplicates.jsonl)
     overwrite: bool = False
     break_lease: bool = False  # take DST's writer lease even from a live-looking holder
-    progress: bool = False  # force the progress line even when stderr is not a terminal
+    progress: bool | None = None  # the progress line: None when stderr is a terminal, or on/off
     source_options: dict[str, Any] = field(default_factory=dict)
     #: ``convert --split NAME=SRC``: (name, source) per split, in order; ``src`` is then unused
     splits: tuple[tuple[str, str], ...] = ()
@@ -273,7 +273,7 @@ def _convert(
             spec, config.cost
         )  # refuse a cost kind the features cannot give, up front
 
-    progress = WorkDirProgress(graph.work, len(files), force=config.progress)
+    progress = WorkDirProgress(graph.work, len(files), enabled=config.progress)
     settings = PlanSettings(
         config.target_shard_bytes,
         config.shuffle_seed is not None,

@@ -174,7 +174,7 @@ def run_split_convert(
         for leftover in ("shards", "units", "totals", "rejects", "hot"):  # keep the infer parts
             (graph.work / leftover).rmtree()
         pipeline_started = time.time()
-        with WorkDirProgress(graph.work, len(split_files), force=config.progress):
+        with WorkDirProgress(graph.work, len(split_files), enabled=config.progress):
             _run(
                 pipeline_options,
                 lambda p, source=source, graph=graph, split_files=split_files: (

@@ -14,6 +14,7 @@ import hashlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pyarrow.fs as pafs
 
@@ -25,6 +26,9 @@ from shardfeed.schemas.locations import LOCATIONS_PATH, Locations
 from shardfeed.schemas.tiers import TierConfig, load_tier_config
 from shardfeed.staging import StageError, locations_lock, tier_lock, tier_target
 from shardfeed.warming import WARM_RECORD, read_warm_record, write_warm_record
+
+if TYPE_CHECKING:
+    from shardfeed.progress import Progress
 
 
 @dataclass
@@ -44,9 +48,11 @@ def unstage(
     *,
     only: tuple[str, ...] | None = None,
     filesystems: Mapping[str, pafs.FileSystem] | None = None,
+    progress: Progress | None = None,
 ) -> list[UnstageReport]:
     """Remove staged copies from the tiers of ``only`` (default: every tier in locations.json
-    and this node's tier), and keep locations.json true."""
+    and this node's tier), and keep locations.json true. ``progress`` is told the bytes to
+    check first, then hears each file's bytes once it is checked (each is hashed first)."""
     source = DatasetSource.of(dataset)
     config = tiers if isinstance(tiers, TierConfig) else load_tier_config(tiers)
     if not source.location.is_local:
@@ -63,17 +69,26 @@ def unstage(
     if unknown:
         raise StageError(f"tier(s) {unknown} hold nothing staged from this dataset; refusing")
     expected = _expected(source)
+    targets = {
+        name: tier_target(locations.tiers[name].uri, (filesystems or {}).get(name))
+        for name in names
+    }
+    if progress is not None:  # an estimate: each tier's list is read again under its lock
+        progress.add_total(
+            sum(
+                max(expected.get(rel, (0, ""))[0], 0)
+                for name in names
+                for rel in _staged_files(locations, name, targets[name])
+            )
+        )
     reports = []
     changes: list[tuple[str, set[str], bool]] = []  # (tier, files gone, nothing kept)
     for name in names:
         copy = locations.tiers[name]
-        target = tier_target(copy.uri, (filesystems or {}).get(name))
+        target = targets[name]
         report = UnstageReport(name, copy.uri)
         with tier_lock(name, target, "unstage"):
-            if copy.scope == "node":
-                mine = sorted(read_warm_record(target)) if target.is_local else []
-            else:
-                mine = sorted(p for p, held in locations.files.items() if name in held)
+            mine = _staged_files(locations, name, target)
             gone = set()
             for rel in mine:
                 size, sha = expected.get(rel, (-1, ""))
@@ -85,6 +100,8 @@ def unstage(
                     report.removed += 1
                 else:
                     report.kept.append(rel)
+                if progress is not None:
+                    progress(max(size, 0))
             if copy.scope == "node" and target.is_local:
                 write_warm_record(target, set(mine) - gone)
                 if not report.kept:
@@ -106,6 +123,13 @@ def unstage(
                 locations.tiers.pop(name, None)
         atomic_write_bytes(path, locations.dumps().encode())
     return reports
+
+
+def _staged_files(locations: Locations, name: str, target: Target) -> list[str]:
+    """What staging put on tier ``name``: for a node tier, what warm recorded creating."""
+    if locations.tiers[name].scope == "node":
+        return sorted(read_warm_record(target)) if target.is_local else []
+    return sorted(p for p, held in locations.files.items() if name in held)
 
 
 def _read_locations(path: str, source: DatasetSource) -> Locations:

@@ -14,6 +14,7 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,6 +27,9 @@ from shardfeed.schemas.locations import LOCATIONS_PATH, Locations
 from shardfeed.schemas.manifest import MANIFEST_PATH
 from shardfeed.schemas.tiers import TierConfig, load_tier_config
 from shardfeed.staging import StageError, tier_lock
+
+if TYPE_CHECKING:
+    from shardfeed.progress import Progress
 
 WARM_RECORD = ".shardfeed-warm.json"
 
@@ -57,8 +61,12 @@ def warm(
     assignment: str | None = None,
     workers: int = 4,
     dry_run: bool = False,
+    progress: Progress | None = None,
 ) -> WarmReport:
-    """Copy node ``node_rank``'s shards to the config's node tier (see the module docstring)."""
+    """Copy node ``node_rank``'s shards to the config's node tier (see the module docstring).
+
+    ``progress`` is told the bytes to copy once they are chosen, then hears every chunk (from
+    the copy threads) and every verified copy skipped."""
     from concurrent.futures import ThreadPoolExecutor
 
     from shardfeed.assignment import load_assignment
@@ -97,19 +105,23 @@ def warm(
     if dry_run:
         return report
     started = time.monotonic()
+    if progress is not None:
+        progress.add_total(used)
     with tier_lock(tier.name, target, "warm"):
         remove_temporaries(target)
         created = read_warm_record(target)
 
         def one(record) -> str:
             if file_matches(target, record.path, record.bytes, record.sha256):
+                if progress is not None:
+                    progress(record.bytes)
                 return "skipped"
             if os.path.lexists(target.path(record.path)) and record.path not in created:
                 raise StageError(
                     f"{target.path(record.path)} exists and was not written by shardfeed warm; "
                     "refusing to replace it"
                 )
-            copy_file(origin, target, record.path, record.bytes, record.sha256)
+            copy_file(origin, target, record.path, record.bytes, record.sha256, progress=progress)
             return "copied"
 
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="shardfeed-warm") as pool:

@@ -1,14 +1,11 @@
-"""Shared CLI plumbing: clean error reporting and a stderr progress line."""
+"""Shared CLI plumbing: clean error reporting, JSON output and the progress flags."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-import time
 from typing import Any, TextIO
-
-from shardfeed.schemas.units import format_size
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -33,30 +30,30 @@ def print_json(obj: Any, out: TextIO | None = None) -> None:
     (out or sys.stdout).write(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
 
 
-class Progress:
-    """A one-line byte counter on stderr, only when stderr is a terminal (never in logs or pipes)."""
+def add_progress_flags(parser: argparse.ArgumentParser, *, force: bool = False) -> None:
+    """``--no-progress`` (and ``--progress`` with ``force``) for a long command. The line is
+    drawn on stderr by default only when it is a terminal; ``--json`` always turns it off."""
+    if force:
+        parser.add_argument(
+            "--progress",
+            dest="progress",
+            action="store_const",
+            const=True,
+            help="always show the progress line (by default only when stderr is a terminal)",
+        )
+    parser.add_argument(
+        "--no-progress",
+        dest="progress",
+        action="store_const",
+        const=False,
+        help="never show the progress line (rate, done/total, ETA) on stderr",
+    )
+    parser.set_defaults(progress=None)
 
-    def __init__(self, total_bytes: int, label: str, stream: TextIO | None = None) -> None:
-        self.total = total_bytes
-        self.label = label
-        self.done = 0
-        self.stream = stream or sys.stderr
-        self.enabled = self.stream.isatty()
-        self._start = time.monotonic()
-        self._last = 0.0
 
-    def __call__(self, nbytes: int) -> None:
-        self.done += nbytes
-        now = time.monotonic()
-        if self.enabled and (now - self._last > 0.2 or self.done >= self.total):
-            self._last = now
-            rate = self.done / max(now - self._start, 1e-6)
-            pct = 100.0 * self.done / self.total if self.total else 100.0
-            self.stream.write(
-                f"\r{self.label}: {pct:5.1f}% {format_size(self.done)} / {format_size(self.total)} ({format_size(rate)}/s)"
-            )
-            self.stream.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            self.stream.write("\n")
+def progress_setting(args: argparse.Namespace) -> bool | None:
+    """The ``enabled`` setting for ``shardfeed.progress``: False with ``--json`` or
+    ``--no-progress``, True with ``--progress``, None (stderr is a terminal) otherwise."""
+    if getattr(args, "json", False):
+        return False
+    return getattr(args, "progress", None)

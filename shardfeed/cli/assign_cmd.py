@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 
-from shardfeed.cli._common import EXIT_OK, EXIT_USAGE, add_break_lease, fail, print_json
+from shardfeed.cli._common import (
+    EXIT_OK,
+    EXIT_USAGE,
+    add_break_lease,
+    add_progress_flags,
+    fail,
+    print_json,
+    progress_setting,
+)
+from shardfeed.cli.table import format_table
+from shardfeed.progress import Progress
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -88,6 +97,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="samples consumed in that epoch over all ranks of the old world (with --resume-from)",
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_progress_flags(parser)
     add_break_lease(parser, "the dataset's")
     parser.set_defaults(run=run)
 
@@ -105,26 +115,19 @@ def run(args: argparse.Namespace) -> int:
         origin = load_assignment(args.dataset, args.resume_from)
         planned = resume(origin, args.resume_epoch, args.samples_seen, world, name=args.name)
     else:
-
-        def progress(epoch: int) -> None:
-            if sys.stderr.isatty():
-                sys.stderr.write(f"\rassign: planned epoch {epoch + 1}/{args.epochs}")
-                sys.stderr.flush()
-
-        planned = plan_assignment(
-            args.dataset,
-            world,
-            epochs=args.epochs,
-            seed=args.seed,
-            mode=args.mode,
-            batch_size=args.batch_size,
-            block_rows=args.block_rows,
-            name=args.name,
-            progress=progress,
-            split=args.split,
-        )
-        if sys.stderr.isatty():
-            sys.stderr.write("\n")
+        with Progress(args.epochs, "assign", noun="epochs", enabled=progress_setting(args)) as bar:
+            planned = plan_assignment(
+                args.dataset,
+                world,
+                epochs=args.epochs,
+                seed=args.seed,
+                mode=args.mode,
+                batch_size=args.batch_size,
+                block_rows=args.block_rows,
+                name=args.name,
+                progress=lambda _epoch: bar(1),
+                split=args.split,
+            )
     planned.save(overwrite=args.overwrite)
     seconds = round(time.monotonic() - started, 3)
     reports = [planned.report(e) for e in planned.epochs]
@@ -148,17 +151,33 @@ def run(args: argparse.Namespace) -> int:
             else ""
         )
     )
-    print(
-        f"  {'epoch':>5} {'samples/rank':>12} {'dropped':>8} {'padded':>7} {'spans':>9} {'bytes max/mean':>14} {'home share min':>14} {'runs/group':>10}"
-    )
+    rows = []
     for r in reports:
         b = _brief(r)
         runs = b.get("row_group_runs_per_group")
-        print(
-            f"  {b['epoch']:>5} {b['samples_per_rank']:>12,} {b['dropped']:>8,} {b['padded']:>7,} "
-            f"{b['spans']:>9,} {b['bytes_max_over_mean']:>14.4f} {b['home_share_min']:>14.4f} "
-            f"{'-' if runs is None else f'{runs:.2f}':>10}"
+        rows.append(
+            (
+                b["epoch"],
+                f"{b['samples_per_rank']:,}",
+                f"{b['dropped']:,}",
+                f"{b['padded']:,}",
+                f"{b['spans']:,}",
+                f"{b['bytes_max_over_mean']:.4f}",
+                f"{b['home_share_min']:.4f}",
+                "-" if runs is None else f"{runs:.2f}",
+            )
         )
+    headers = (
+        "epoch",
+        "samples/rank",
+        "dropped",
+        "padded",
+        "spans",
+        "bytes max/mean",
+        "home share min",
+        "runs/group",
+    )
+    print("\n".join(format_table(headers, rows, ">" * len(headers))))
     note = _shared_groups_note(reports)
     if note:
         print(note)

@@ -13,8 +13,10 @@ from shardfeed.cli._common import (
     EXIT_OK,
     EXIT_USAGE,
     add_break_lease,
+    add_progress_flags,
     fail,
     print_json,
+    progress_setting,
 )
 from shardfeed.schemas.manifest import SPLIT_NAME
 from shardfeed.schemas.units import format_size, parse_size
@@ -168,11 +170,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="payload the hot shards hold at most: a size (2GB) or a share of the dataset "
         "(default 10%%); with --hot-weights",
     )
-    parser.add_argument(
-        "--progress",
-        action="store_true",
-        help="always show the progress line (by default only when stderr is a terminal)",
-    )
+    add_progress_flags(parser, force=True)
     parser.add_argument(
         "--dask-address",
         metavar="ADDR",
@@ -285,7 +283,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         dedup=args.dedup,
         overwrite=args.overwrite,
         break_lease=args.break_lease,
-        progress=args.progress,
+        progress=progress_setting(args),
         source_options=source_options,
         splits=splits,
     )

@@ -5,7 +5,16 @@ from __future__ import annotations
 import argparse
 
 from shardfeed import BEAM_INSTALL_HINT
-from shardfeed.cli._common import EXIT_OK, Progress, add_break_lease, fail, print_json
+from shardfeed.cli._common import (
+    EXIT_OK,
+    add_break_lease,
+    add_progress_flags,
+    fail,
+    print_json,
+    progress_setting,
+)
+from shardfeed.cli.table import Note, format_table
+from shardfeed.progress import Progress
 from shardfeed.schemas.units import format_size
 
 
@@ -40,6 +49,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="run the copies as a Beam pipeline on this runner (e.g. dask; needs "
         "shardfeed[beam]); other Beam flags pass through. Default: a local thread pool",
     )
+    add_progress_flags(parser)
     add_break_lease(parser, "the tier copy's")
     parser.set_defaults(run=run, accepts_extra=True)
 
@@ -59,31 +69,36 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     only = tuple(args.tier) if args.tier else None
     planned = plan(args.dataset, args.tiers, only=only)
     staging = planned[2]
-    bar = (
-        None
-        if args.dry_run or args.json
-        else Progress(sum(t.bytes for t in staging.tiers), "stage")
-    )
-    report = stage(
-        args.dataset,
-        args.tiers,
-        dry_run=args.dry_run,
-        workers=args.workers,
-        only=only,
-        progress=bar,
-    )
-    if bar is not None:
-        bar.close()
+    total = sum(t.bytes for t in staging.tiers)
+    # a Beam runner's copies report nothing here
+    enabled = False if args.dry_run or args.runner else progress_setting(args)
+    with Progress(total, "stage", enabled=enabled) as bar:  # copy threads report to it
+        report = stage(
+            args.dataset,
+            args.tiers,
+            dry_run=args.dry_run,
+            workers=args.workers,
+            only=only,
+            progress=bar,
+        )
     if args.json:
         print_json(report.to_json())
         return EXIT_OK
-    print(f"{'tier':<8} {'files':>7} {'bytes':>11} {'capacity':>11} {'est. time':>10}  copy")
+    rows: list[tuple[str, ...] | Note] = []
     for t in report.plan.tiers:
-        print(
-            f"{t.tier:<8} {len(t.tasks):>7,} {format_size(t.bytes):>11} {format_size(t.capacity):>11} "
-            f"{t.seconds:>9.1f}s  {t.uri}{'  (complete)' if t.complete else '  (hot shards)'}"
+        rows.append(
+            (
+                t.tier,
+                f"{len(t.tasks):,}",
+                format_size(t.bytes),
+                format_size(t.capacity),
+                f"{t.seconds:.1f}s",
+                f"{t.uri}{'  (complete)' if t.complete else '  (hot shards)'}",
+            )
         )
-        print(f"{'':<8} {report.striping.get(t.tier, '')}")
+        rows.append(Note(report.striping.get(t.tier, ""), column=1))
+    headers = ("tier", "files", "bytes", "capacity", "est. time", "copy")
+    print("\n".join(format_table(headers, rows, "<>>>><", indent="")))
     for note in report.plan.notes:
         print(f"note: {note}")
     if args.dry_run:

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from shardfeed.cli._common import EXIT_FAILED, EXIT_OK, add_break_lease, print_json
+from shardfeed.cli._common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    add_break_lease,
+    add_progress_flags,
+    print_json,
+    progress_setting,
+)
+from shardfeed.progress import Progress
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -24,6 +32,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--tier", action="append", metavar="NAME", help="only this tier (repeatable)"
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_progress_flags(parser)
     add_break_lease(parser, "the tier copy's")
     parser.set_defaults(run=run)
 
@@ -31,7 +40,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from shardfeed.unstaging import unstage
 
-    reports = unstage(args.dataset, args.tiers, only=tuple(args.tier) if args.tier else None)
+    only = tuple(args.tier) if args.tier else None
+    with Progress(None, "unstage", enabled=progress_setting(args)) as bar:  # bytes checked
+        reports = unstage(args.dataset, args.tiers, only=only, progress=bar)
     if args.json:
         print_json([r.to_json() for r in reports])
     else:

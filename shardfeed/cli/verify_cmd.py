@@ -5,10 +5,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from shardfeed.cli._common import EXIT_FAILED, EXIT_OK, Progress, print_json
+from shardfeed.cli._common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    add_progress_flags,
+    print_json,
+    progress_setting,
+)
 from shardfeed.formats.reader import load_manifest
 from shardfeed.formats.storage import locate
 from shardfeed.formats.verify import verify_location
+from shardfeed.progress import Progress
 from shardfeed.schemas.units import format_size
 
 
@@ -28,15 +35,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="skip sha256 (sizes, rows and extras only; much faster)",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_progress_flags(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     location = locate(args.dataset)
     manifest = load_manifest(location)
-    progress = Progress(sum(s.bytes for s in manifest.shards), "verify")
-    report = verify_location(location, manifest, check_hashes=not args.no_hash, progress=progress)
-    progress.close()
+    total = sum(s.bytes for s in manifest.shards)
+    with Progress(total, "verify", enabled=progress_setting(args)) as progress:
+        report = verify_location(
+            location, manifest, check_hashes=not args.no_hash, progress=progress
+        )
     if args.json:
         print_json(report.to_json())
     elif report.ok:

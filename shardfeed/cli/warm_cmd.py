@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from shardfeed.cli._common import EXIT_OK, add_break_lease, print_json
+from shardfeed.cli._common import (
+    EXIT_OK,
+    add_break_lease,
+    add_progress_flags,
+    print_json,
+    progress_setting,
+)
+from shardfeed.progress import Progress
 from shardfeed.schemas.units import format_size
 
 
@@ -31,6 +38,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--workers", type=int, default=4, help="parallel copy streams (default 4)")
     parser.add_argument("--dry-run", action="store_true", help="list the shards and stop")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_progress_flags(parser)
     add_break_lease(parser, "the node tier copy's")
     parser.set_defaults(run=run)
 
@@ -38,15 +46,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from shardfeed.warming import warm
 
-    report = warm(
-        args.dataset,
-        args.tiers,
-        node_rank=args.node_rank,
-        nodes=args.nodes,
-        assignment=args.assignment,
-        workers=args.workers,
-        dry_run=args.dry_run,
-    )
+    enabled = False if args.dry_run else progress_setting(args)
+    with Progress(None, "warm", enabled=enabled) as bar:  # warm tells it the total
+        report = warm(
+            args.dataset,
+            args.tiers,
+            node_rank=args.node_rank,
+            nodes=args.nodes,
+            assignment=args.assignment,
+            workers=args.workers,
+            dry_run=args.dry_run,
+            progress=bar,
+        )
     if args.json:
         print_json(report.to_json())
         return EXIT_OK

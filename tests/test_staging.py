@@ -208,12 +208,23 @@ def shutil_rmtree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def test_the_same_copies_run_as_a_beam_pipeline(tmp_path, capsys):
-    pytest.importorskip("apache_beam")
+def test_the_same_copies_run_as_a_beam_pipeline(tmp_path, capsys, monkeypatch):
+    from shardfeed.pipelines import stage_copies
+
     src = dataset(tmp_path / "ds", n=120)
     config = tiers_toml(tmp_path, cold=False)
     args = ["stage", str(src), "--tiers", str(config), "--tier", "pfs", "--json"]
+    pipelines = []  # the Beam flags each copy pipeline was given
+    real = stage_copies.run_copies
+    monkeypatch.setattr(
+        stage_copies,
+        "run_copies",
+        lambda src, target, tasks, beam_args: (
+            pipelines.append(beam_args) or real(src, target, tasks, beam_args)
+        ),
+    )
     assert main([*args, "--runner=DirectRunner", "--direct_num_workers=2"]) == 0
+    assert pipelines == [["--runner=DirectRunner", "--direct_num_workers=2"]]
     out = json.loads(capsys.readouterr().out)
     (plan,), (result,) = out["plan"], out["results"]
     assert result["copied"] == plan["files"] and result["bytes_copied"] == plan["bytes"]

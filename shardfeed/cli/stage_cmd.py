@@ -80,6 +80,8 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
             workers=args.workers,
             only=only,
             progress=bar,
+            beam_args=beam_args if args.runner else None,
+            planned=planned,
         )
     if args.json:
         print_json(report.to_json())

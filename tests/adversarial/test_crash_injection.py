@@ -19,6 +19,12 @@ refuses it as existing, and ``--overwrite`` converts again. ``stage`` needs no f
 skipping verified copies, and removes what a killed run left (temporaries in the tiers, and
 locations.json's temporary in the source).
 
+``convert --split ... --overwrite`` over a published split dataset has a test of its own: each
+round kills one overwrite run (at the moment it marks DST, twice inside the deletion of the old
+dataset, which the test slows to a few milliseconds a file, then at the other phases in turn).
+A DST left with a manifest is the old or the new dataset exactly; one without holds a work
+directory, so the plain command takes it over and finishes it.
+
 Kills are spread over the whole run: the uninterrupted reference run is timed by the same probes,
 and each kill targets a phase (startup, scan, write, publish for convert; startup, copy, record
 for stage), round-robin, at a seeded random delay inside that phase's window. Every round kills
@@ -32,6 +38,7 @@ reported and killed. ``SHARDFEED_FULL=1`` runs four times as many rounds.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -40,6 +47,7 @@ import shutil
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +69,7 @@ from shardfeed.formats.atomic import is_temp_name
 from shardfeed.formats.errors import IncompleteDatasetError
 from shardfeed.formats.layout import LEASE_NAME
 from shardfeed.formats.verify import verify_dataset
+from shardfeed.pipelines.graph_config import INTERRUPTED
 from shardfeed.schemas.locations import LOCATIONS_PATH, Locations
 from shardfeed.schemas.manifest import MANIFEST_PATH
 
@@ -285,6 +294,200 @@ def _report(what: str, kills: list[tuple[Kill, str]], phases: tuple[str, ...], r
         f"{what}: {len(kills)} kills ({edge} at a commit instant, {driver} of the driver only, "
         f"{orphans} leaving workers alive {ORPHAN_GRACE}s later); reached {reached}; left {left}"
     )
+
+
+# ------------------------------------------------------------------------------------------
+# convert --split --overwrite over a published split dataset
+
+#: seconds each file of the old dataset takes to delete in the split-overwrite runs: a large
+#: dataset on a slow file system, so seeded kills land inside the deletion (else ~1 ms long)
+DELETE_SECONDS_PER_FILE = 0.005
+#: runs ``shardfeed`` with ``prepare_root``'s ``shutil.rmtree`` deleting one file at a time,
+#: DELETE_SECONDS_PER_FILE apart; nothing else differs from the CLI
+SLOW_DELETE_CLI = [
+    sys.executable,
+    "-c",
+    f"""
+import os, sys, time, types
+from shardfeed.formats import publish
+from shardfeed.cli.main import main
+
+def rmtree(path, ignore_errors=False):
+    for root, dirs, files in os.walk(path, topdown=False):
+        for name in files:
+            os.unlink(os.path.join(root, name))
+            time.sleep({DELETE_SECONDS_PER_FILE})
+        for name in dirs:
+            os.rmdir(os.path.join(root, name))
+    if os.path.isdir(path):
+        os.rmdir(path)
+
+publish.shutil = types.SimpleNamespace(rmtree=rmtree)
+sys.exit(main(sys.argv[1:]))
+""",
+]
+SPLIT_ROUNDS = 28 if FULL else 7
+SPLIT_PHASES = ("startup", "delete", "scan", "write", "publish", "cleanup")
+#: the instant an --overwrite run has marked DST as an interrupted run's, before it deletes
+MARK = "mark"
+OLD_SHARD_SIZE = "10KB"  # the old dataset: about three times as many shards as the new one
+
+
+def _split_cmd(src: Path, dst: Path, *extra: str, cli: Sequence[str] = CLI) -> list[str]:
+    splits = ["--split", f"train={src / 'train'}", "--split", f"eval={src / 'eval'}"]
+    return [*cli, "convert", *splits, str(dst), *CONVERT_ARGS, *extra]
+
+
+def _newer_files(root: Path, *patterns: str) -> Probe:
+    """As ``newer``, files only: a directory the deletion empties is newer too."""
+
+    def probe(started: float) -> bool:
+        for pattern in patterns:
+            for path in root.glob(pattern):
+                with contextlib.suppress(FileNotFoundError):
+                    if path.is_file() and path.stat().st_mtime >= started:
+                        return True
+        return False
+
+    return probe
+
+
+def _split_probes(dst: Path) -> dict[str, Probe]:
+    """delete: the old manifest is gone (it goes first, then the old files); scan, write,
+    publish, cleanup and the commit instant as for convert, within the split work directories;
+    the mark: DST's work directory marks an interrupted --overwrite (written before deleting)."""
+    return {
+        "delete": lambda started: not (dst / MANIFEST_PATH).exists(),
+        "scan": _newer_files(dst, f"{WORK_DIR}/split-*/units/*"),
+        "write": _newer_files(dst, "data/*/*", f"{WORK_DIR}/split-*/shards/*"),
+        "publish": _newer_files(dst, "meta/*", "meta/shardfeed/*"),
+        "cleanup": _newer_files(dst, MANIFEST_PATH),
+        MARK: _newer_files(dst, f"{WORK_DIR}/{INTERRUPTED}"),
+        COMMIT: _newer_files(dst, "meta/shardfeed/.manifest.json.tmp-*"),
+    }
+
+
+def _split_state(dst: Path, old: dict[str, bytes], reference: dict[str, bytes]) -> str:
+    """``old`` (the old dataset's manifest is still there), ``deleting`` (no manifest, some of
+    the old files left), ``published`` (the new manifest), else what ``_convert_state`` says."""
+    manifest = dst / MANIFEST_PATH
+    if manifest.exists():
+        return "old" if manifest.read_bytes() == old[MANIFEST_PATH] else "published"
+    tree = _tree(dst)
+    # an old file the new dataset has too, byte for byte (rejects, stats), tells nothing
+    if any(tree.get(k) == v != reference.get(k) for k, v in old.items()):
+        return "deleting"
+    return _convert_state(dst)
+
+
+def _check_killed_split(
+    dst: Path, src: Path, old: dict[str, bytes], reference: dict[str, bytes]
+) -> str:
+    """A DST with a manifest verifies and is the old or the new dataset exactly, and the plain
+    command refuses it unchanged; one without is refused, and holds a work directory (or no
+    content at all), so the plain command takes it over. Returns the state."""
+    state = _split_state(dst, old, reference)
+    if state in ("old", "published"):
+        report = verify_dataset(dst)
+        assert report.ok, (
+            f"killed overwrite left a {state} DST that fails verify: {report.problems}"
+        )
+        tree = _without_work_dir(_tree(dst))
+        want = old if state == "old" else reference
+        assert tree == want, f"{state} DST differs: {_differences(tree, want)}"
+        before = _tree(dst)
+        assert main(_split_cmd(src, dst)[len(CLI) :]) != 0, "the plain command took over a dataset"
+        assert _tree(dst) == before, "a refused re-run changed the DST"
+        return state
+    _refused(dst)
+    content = [p.name for p in dst.iterdir() if p.name != LEASE_NAME] if dst.exists() else []
+    assert WORK_DIR in content or not content, (
+        f"a killed --overwrite left {state} DST {sorted(content)} with no work directory: "
+        "the plain command would refuse it"
+    )
+    return state
+
+
+@pytest.fixture(scope="module")
+def split_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two image folders: train (2 x 40 PNGs and a file that is not an image), eval (2 x 20)."""
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("split-corpus")
+    rng = np.random.default_rng(11)
+    for split, count in (("train", 40), ("eval", 20)):
+        for label in ("cat", "dog"):
+            (root / split / label).mkdir(parents=True)
+            for i in range(count):
+                side = int(rng.integers(8, 40))
+                pixels = rng.integers(0, 255, (side, side, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(root / split / label / f"{i:03d}.png")
+    (root / "train" / "cat" / "broken.png").write_bytes(b"not an image")
+    return root
+
+
+def test_sigkill_split_overwrite_leaves_a_dst_the_plain_command_finishes(
+    split_corpus: Path, tmp_path: Path
+) -> None:
+    """Kill ``convert --split ... --overwrite`` over a published split dataset at a phase of its
+    timed run (the mark, and the deletion of the old dataset, first); each kill's DST is the old
+    dataset, the new one, or an interrupted run's; the plain command (``--overwrite`` only
+    where a manifest is left) finishes it byte-identical to an uninterrupted conversion."""
+    src = split_corpus
+    clean, pristine = tmp_path / "clean", tmp_path / "old"
+    setup = [  # the reference and the old dataset, side by side
+        subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for cmd in (
+            _split_cmd(src, clean),
+            _split_cmd(src, pristine, "--target-shard-size", OLD_SHARD_SIZE),
+        )
+    ]
+    assert [process.wait(timeout=300) for process in setup] == [0, 0]
+    reference, old = _tree(clean), _tree(pristine)
+    assert any(k.startswith("meta/shardfeed/rejects/") for k in reference)
+    assert list(json.loads(old[MANIFEST_PATH])["splits"]) == ["train", "eval"]
+    assert sum(k.startswith("data/") for k in old) > sum(k.startswith("data/") for k in reference)
+
+    def fresh(dst: Path) -> None:
+        shutil.rmtree(dst, ignore_errors=True)
+        shutil.copytree(pristine, dst)  # file times kept: older than any run's start
+
+    timed = tmp_path / "timed"
+    fresh(timed)
+    overwrite = _split_cmd(src, timed, "--overwrite", cli=SLOW_DELETE_CLI)
+    ref_timeline = timeline(overwrite, _split_probes(timed))
+    assert _tree(timed) == reference
+    windows = ref_timeline.windows(SPLIT_PHASES)
+    # the mark's instant, two seeded points inside the deletion, then the other phases in turn
+    deleting = (len(old) - 1) * DELETE_SECONDS_PER_FILE  # at least: the manifest goes at once
+    rng = random.Random("split-overwrite")
+    moments = [
+        Moment(MARK, MARK, 0.0),
+        *(Moment("delete", "delete", rng.uniform(0.0, 0.8 * deleting)) for _ in range(2)),
+        *_moments(rng, {p: w for p, w in windows.items() if p != "delete"}, SPLIT_ROUNDS - 3),
+    ]
+    kills: list[tuple[Kill, str]] = []
+    for r, moment in enumerate(moments):
+        dst = tmp_path / f"dst-{r}"
+        fresh(dst)
+        cmd = _split_cmd(src, dst, "--overwrite", cli=SLOW_DELETE_CLI)
+        kill = kill_at(cmd, moment, _split_probes(dst))
+        assert kill.returncode == (0 if kill.exited_first else -9), kill
+        kills.append((kill, _check_killed_split(dst, src, old, reference)))
+        again = ["--overwrite"] if (dst / MANIFEST_PATH).exists() else []  # else: plain
+        # in this process (the CLI's own entry point): no interpreter or Beam start to pay
+        assert main(_split_cmd(src, dst, *again)[len(CLI) :]) == 0, f"re-run after {kills[-1]}"
+        tree = _tree(dst)
+        assert tree == reference, (
+            f"re-run after {kills[-1]} differs: {_differences(tree, reference)}"
+        )
+        assert verify_dataset(dst).ok
+        shutil.rmtree(dst)
+
+    _report("convert --split --overwrite", kills, SPLIT_PHASES, ref_timeline)
+    left = Counter(state for _, state in kills)
+    assert left["deleting"] >= 2, f"too few kills while the old dataset was deleted: {left}"
+    assert sum(k.exited_first for k, _ in kills) <= len(kills) // 2, "most kills came too late"
 
 
 # ------------------------------------------------------------------------------------------

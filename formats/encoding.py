@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from shardfeed.formats.group_checksums import ChecksummingSink, GroupChecksums
 from shardfeed.schemas.features import FeatureSpec
+from shardfeed.schemas.hf_features import hf_schema_metadata
 
 ZSTD_LEVEL = 3
 
@@ -168,6 +169,9 @@ class ParquetEncoding:
         self, sink: BinaryIO, schema: pa.Schema, groups: Iterable[pa.Table], spec: FeatureSpec
     ) -> None:
         compression, no_dictionary = self._column_options(spec)
+        # the features Hugging Face datasets reads (Image, ClassLabel, ...); the key lands in the
+        # footer's ARROW:schema, where pyarrow and so datasets find it
+        schema = schema.with_metadata(hf_schema_metadata(spec))
         checksummed = ChecksummingSink(sink)
         with pq.ParquetWriter(
             checksummed,

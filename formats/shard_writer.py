@@ -25,8 +25,8 @@ DEFAULT_ROW_GROUP_BYTES = 4 << 20  # 4 MiB of payload: a few batches per group, 
 #: never keeps an interrupted run's shards written by an older writer (2: row-group CRC32Cs in
 #: the footer, footer_sha256 in the record; 3: units ordered by the vectorised shuffle keys of
 #: transforms.hashing.shuffle_keys; 4: image-folder units keyed by their path's digest, not their
-#: bytes', unless --dedup)
-SHARD_WRITER_VERSION = 4
+#: bytes', unless --dedup; 5: the ``huggingface`` schema metadata, schemas/hf_features.py)
+SHARD_WRITER_VERSION = 5
 _QUEUED_CHUNKS = (
     16  # chunks the encoder may run ahead of the hashing thread (pyarrow writes ~1 MiB pages)
 )

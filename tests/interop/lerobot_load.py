@@ -601,6 +601,34 @@ def check_metadata(lr, conv: Converted) -> Any:
     return meta
 
 
+def check_hf_features(lr, ds, dst: Path) -> None:
+    """The features every shard declares to Hugging Face ``datasets`` (its ``huggingface`` schema
+    metadata, which a plain ``load_dataset("parquet", ...)`` uses) agree with the ones lerobot
+    builds from info.json: the same feature for images, scalars and vectors; for a tensor of 2+
+    dimensions, which lerobot declares as ArrayND, nested fixed-length lists of its shape and
+    dtype (what the column stores). And ``datasets`` takes each declared feature as it is."""
+    hf = lr.datasets
+    paths = sorted(dst.glob("data/*/*.parquet"))
+    assert paths
+    for path in paths:
+        schema = pq.read_schema(path)
+        meta = json.loads(schema.metadata[b"huggingface"])
+        declared = hf.Features.from_dict(meta["info"]["features"])
+        assert hf.Features.from_arrow_schema(schema) == declared, path
+        assert set(declared) == set(ds.hf_features), path
+        for name, theirs in ds.hf_features.items():
+            ours = declared[name]
+            if hasattr(theirs, "shape"):  # Array2D .. Array5D
+                shape, leaf = [], ours
+                while isinstance(leaf, hf.List):
+                    shape.append(leaf.length)
+                    leaf = leaf.feature
+                assert tuple(shape) == tuple(theirs.shape), (name, shape, theirs)
+                assert leaf == hf.Value(theirs.dtype), (name, leaf, theirs)
+            else:
+                assert ours == theirs, (name, ours, theirs)
+
+
 def check_dataset(lr, conv: Converted, indices: list[int]) -> Any:
     check_against_source(conv)
     meta = check_metadata(lr, conv)
@@ -608,6 +636,7 @@ def check_dataset(lr, conv: Converted, indices: list[int]) -> Any:
     assert len(ds) == ds.num_frames == ds.meta.total_frames == meta.total_frames
     assert ds.num_episodes == meta.total_episodes
     assert ds.features == meta.features
+    check_hf_features(lr, ds, conv.dst)
     check_whole_table(ds, conv)
     for i in indices:
         check_item(lr, conv, ds, i, ds[i])
@@ -767,3 +796,4 @@ def test_two_dimensional_tensor_feature_loads_in_lerobot(lerobot, tmp_path):
     write_dataset(tmp_path / "ds", spec, data, tasks=["t"], fps=10)
     ds = lerobot.LeRobotDataset(REPO_ID, root=tmp_path / "ds")
     np.testing.assert_array_equal(ds[3]["observation.grid"].numpy(), grid[3])
+    check_hf_features(lerobot, ds, tmp_path / "ds")

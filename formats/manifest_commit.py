@@ -27,8 +27,14 @@ class PublishConflictError(ShardfeedError):
     """DST gained a manifest this job did not write: nothing of this job's was published."""
 
 
-def commit_manifest(dst: StorePath, data: bytes, lease: WriterLease | None) -> None:
-    """Write ``data`` as DST's manifest if this job holds ``lease`` and DST has no manifest."""
+def commit_manifest(
+    dst: StorePath, data: bytes, lease: WriterLease | None, scratch: StorePath | None = None
+) -> None:
+    """Write ``data`` as DST's manifest if this job holds ``lease`` and DST has no manifest.
+
+    ``scratch``: a local directory on DST's file system (the run's work directory) for the
+    temporary file the link is made from, so a run killed between the link and the temporary's
+    removal leaves it where the run's own clean-up goes, not beside the published manifest."""
     if lease is not None:
         lease.check()
     target = dst / MANIFEST_PATH
@@ -37,7 +43,7 @@ def commit_manifest(dst: StorePath, data: bytes, lease: WriterLease | None) -> N
         "and nothing of this run was published"
     )
     if target.is_local:
-        _link_new(target.local, data, conflict)
+        _link_new(target.local, data, conflict, scratch.local if scratch is not None else None)
         return
     client = s3_client(target.filesystem)
     if client is None:  # other stores: check, then write (not atomic; docs/RELIABILITY.md)
@@ -61,12 +67,19 @@ def commit_manifest(dst: StorePath, data: bytes, lease: WriterLease | None) -> N
             raise conflict from None
 
 
-def _link_new(path: str, data: bytes, conflict: PublishConflictError) -> None:
+def _link_new(
+    path: str, data: bytes, conflict: PublishConflictError, scratch: str | None = None
+) -> None:
     """Create ``path`` holding ``data`` only if it does not exist: complete and fsynced under a
-    temporary name, then hard-linked to its name (atomic, and refused if the name exists)."""
+    temporary name (in ``scratch`` if given, else beside ``path``), then hard-linked to its name
+    (atomic, and refused if the name exists)."""
     directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
-    temp = temp_name(path)
+    if scratch is not None:
+        os.makedirs(scratch, exist_ok=True)
+        temp = temp_name(os.path.join(scratch, os.path.basename(path)))
+    else:
+        temp = temp_name(path)
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         view = memoryview(data)

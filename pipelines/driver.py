@@ -331,7 +331,9 @@ def _convert(
             hot_shards=planned.hot_shards,
             duplicates=duplicates,
             reload=reload,
-            commit=(lambda body: commit_manifest(dst, body, lease)) if dst.is_local else None,
+            commit=(lambda body: commit_manifest(dst, body, lease, graph.work))
+            if dst.is_local
+            else None,
         )
         land_metadata(dst, root, manifest, lease)
     graph.work.rmtree()

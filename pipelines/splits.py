@@ -216,7 +216,7 @@ def run_split_convert(
         extra_files=extra,
         splits=shard_counts,  # stats merge here, in shard order, over every split's shards
         reload=reload,
-        commit=lambda body: commit_manifest(dst_path, body, lease),
+        commit=lambda body: commit_manifest(dst_path, body, lease, top.work),
     )
     top.work.rmtree()
     clock.mark("publish")

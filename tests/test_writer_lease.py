@@ -18,6 +18,8 @@ import time
 import pytest
 from conftest import aws_test_env
 
+from shardfeed.formats import manifest_commit
+from shardfeed.formats.atomic import is_temp_name
 from shardfeed.formats.layout import LEASE_NAME
 from shardfeed.formats.manifest_commit import PublishConflictError, commit_manifest
 from shardfeed.formats.store_path import StorePath
@@ -193,6 +195,19 @@ def test_the_manifest_is_committed_only_where_none_is(root):
     assert (root / MANIFEST_PATH).read_bytes() == b'{"a": 1}'
     if root.is_local:  # no temporary left beside it
         assert os.listdir(os.path.dirname((root / MANIFEST_PATH).local)) == ["manifest.json"]
+
+
+def test_a_commit_killed_after_its_link_leaves_its_temporary_in_the_work_dir(tmp_path, monkeypatch):
+    """A run killed between the link and the temporary's removal (the crash suite hit it once):
+    the temporary is in the work directory, which a published dataset may keep and verify does
+    not judge, never beside the manifest, where verify reports a leftover."""
+    root = StorePath(str(tmp_path / "ds"))
+    work = root / ".shardfeed-work"
+    monkeypatch.setattr(manifest_commit.os, "unlink", lambda path: None)  # dies right after
+    commit_manifest(root, b"{}", None, work)
+    monkeypatch.undo()
+    assert os.listdir(os.path.dirname((root / MANIFEST_PATH).local)) == ["manifest.json"]
+    assert [name for name in os.listdir(work.local) if is_temp_name(name)]
 
 
 def test_a_commit_whose_answer_was_lost_counts_as_done(proxy, tmp_path, monkeypatch):

@@ -386,9 +386,9 @@ def test_a_manifest_published_meanwhile_is_left_as_it_was(
     theirs = b'{"published": "by another job"}'
     real = driver.commit_manifest
 
-    def another_job_publishes_first(target, body, lease):
+    def another_job_publishes_first(target, body, lease, *scratch):
         (target / MANIFEST_PATH).write_bytes(theirs)
-        return real(target, body, lease)
+        return real(target, body, lease, *scratch)
 
     monkeypatch.setattr(driver, "commit_manifest", another_job_publishes_first)
     assert main(["convert", str(corpora["a"][0]), dst, *CONVERT]) == 1

@@ -130,7 +130,7 @@ def test_wheel_declares_console_script(wheel: Path, wheel_names: list[str]) -> N
         text = zf.read(entry_points[0]).decode()
     lines = [line.replace(" ", "") for line in text.splitlines()]
     assert "[console_scripts]" in lines
-    assert "shardfeed=shardfeed.cli.main:main" in lines
+    assert "shardfeed=shardfeed.cli.main:entry" in lines
 
 
 def test_layers_are_not_importable_top_level(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import sys
 from collections.abc import Iterator, Sequence
@@ -122,5 +123,17 @@ def _io_settings(args: argparse.Namespace) -> Iterator[None]:
                 os.environ[name] = value
 
 
+def entry() -> None:
+    """The ``shardfeed`` command: :func:`main`, then exit with its code, skipping the cycle
+    collector's last pass at interpreter exit. Beam's and Arrow's modules leave a large object
+    graph, and that pass over it took about 0.35 s of every command that imported Beam.
+    Everything a command writes is closed and synced before it returns; modules are still torn
+    down, standard streams flushed and ``atexit`` handlers run as usual."""
+    code = main()
+    gc.disable()
+    gc.freeze()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

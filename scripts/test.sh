@@ -4,7 +4,8 @@
 #   --full   also run the long loops (sets SHARDFEED_FULL=1; not passed to pytest)
 #
 # Uses .venv (created if missing) with the [dev], [beam], [dask], [video] and [plot] extras installed. Sets SHARDFEED_CORPORA to
-# ../shared/corpora when that folder exists and the variable is not already set.
+# ../shared/corpora when that folder exists and the variable is not already set, and stops when
+# neither gives a corpus directory (SHARDFEED_NO_CORPORA=1 runs without the real-corpus tests).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -39,6 +40,13 @@ fi
 if [[ -z "${SHARDFEED_CORPORA:-}" && -d ../shared/corpora ]]; then
     SHARDFEED_CORPORA="$(cd ../shared/corpora && pwd)"
     export SHARDFEED_CORPORA
+fi
+# The tests on real corpora skip without them; here that would pass a run that tested less, so
+# their absence stops the run unless asked for (SHARDFEED_NO_CORPORA=1, e.g. a checkout alone).
+if [[ ! -d "${SHARDFEED_CORPORA:-/nonexistent}" && "${SHARDFEED_NO_CORPORA:-}" != "1" ]]; then
+    echo "test.sh: no corpus directory (SHARDFEED_CORPORA='${SHARDFEED_CORPORA:-}', and no ../shared/corpora" \
+        "to default to); set SHARDFEED_NO_CORPORA=1 to run without the tests on real corpora" >&2
+    exit 2
 fi
 
 export PATH="$PWD/$VENV/bin:$PATH"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from shardfeed.formats.atomic import TMP_MARKER
 from shardfeed.schemas.info import DEFAULT_CHUNKS_SIZE, DEFAULT_DATA_PATH
 
 INFO_PATH = "meta/info.json"
@@ -15,6 +16,12 @@ LISTED_DIRS = ("data", "videos")
 DATASET_DIRS = ("data", "videos", "meta")
 #: The writer lease of a dataset directory (formats/writer_lease.py): not dataset content.
 LEASE_NAME = ".shardfeed-lease"
+
+
+def is_lease_file(name: str) -> bool:
+    """DST's writer lease, or the temporary of an attempt to take it (formats/writer_lease.py):
+    neither is dataset content, so neither makes DST "hold files"."""
+    return name == LEASE_NAME or name.startswith(f".{LEASE_NAME}{TMP_MARKER}")
 
 
 def chunk_file_index(number: int, chunks_size: int = DEFAULT_CHUNKS_SIZE) -> tuple[int, int]:

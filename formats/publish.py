@@ -30,10 +30,10 @@ from shardfeed.formats.encoding import get_encoding
 from shardfeed.formats.image_stats import image_stats_per_episode
 from shardfeed.formats.layout import (
     DATASET_DIRS,
-    LEASE_NAME,
     chunk_file_index,
     data_path,
     episodes_path,
+    is_lease_file,
 )
 from shardfeed.formats.meta_writer import (
     EpisodeRecord,
@@ -241,7 +241,7 @@ def prepare_root(root: str, overwrite: bool) -> None:
     """Create ``root``; refuse a non-empty one unless ``overwrite`` (manifest deleted first)."""
     manifest = os.path.join(root, MANIFEST_PATH)
     held = os.listdir(root) if os.path.isdir(root) else []
-    if [name for name in held if name != LEASE_NAME]:  # the writer's own lease is not content
+    if [name for name in held if not is_lease_file(name)]:  # leases are not content
         if not overwrite:
             what = "a dataset" if os.path.exists(manifest) else "files"
             raise DatasetExistsError(

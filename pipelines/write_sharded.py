@@ -35,6 +35,7 @@ from apache_beam.transforms.window import GlobalWindows
 
 from shardfeed.formats.atomic import atomic_write_bytes
 from shardfeed.formats.columns import to_table
+from shardfeed.formats.layout import is_lease_file
 from shardfeed.formats.payload import table_row_bytes
 from shardfeed.formats.publish import (
     DatasetExistsError,
@@ -386,7 +387,9 @@ def _check_runner(runner: object) -> None:
 def _check_destination(config: _Config) -> None:
     """Refuse a non-empty DST early, when the transform is applied (nothing is changed here)."""
     dst = config.dst
-    if config.overwrite or not os.path.isdir(dst) or not os.listdir(dst):
+    if config.overwrite or not os.path.isdir(dst):
+        return
+    if all(is_lease_file(name) for name in os.listdir(dst)):
         return
     if not _only_leftovers(dst):
         what = "a dataset" if os.path.exists(os.path.join(dst, MANIFEST_PATH)) else "files"

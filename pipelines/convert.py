@@ -27,6 +27,8 @@ from apache_beam.typehints.decorators import no_annotations
 from shardfeed.formats.publish import ShardOutcome, add_videos, build_shard
 from shardfeed.formats.shard_writer import SHARD_WRITER_VERSION
 from shardfeed.formats.sources.base import (
+    InferringSource,
+    RowsScan,
     SourceReader,
     SplittableSource,
     StampedInputs,
@@ -51,10 +53,15 @@ from shardfeed.pipelines.graph_config import (
 from shardfeed.pipelines.plan_stage import Plan, PlanSettings, hot_positions, load_plan, plan_files
 from shardfeed.pipelines.spec_stage import (
     PieceTuple,
+    confirm_spec,
+    decide_guess,
     decide_spec,
+    load_guess,
     load_spec,
     piece_name,
     save_inferred,
+    save_part,
+    save_sample,
 )
 from shardfeed.pipelines.spool_stage import (
     UnitArrays,
@@ -130,9 +137,61 @@ def scan_piece(
     if whole:  # as an unsplit file (a plain tar is then read again by seeking, not spooled)
         _scan_whole(file, source, spec, config)
         return file, index
-    rows = source.scan_piece(file, spec, start, stop, first)
-    columns, rejects, keys = scan_into_spool(file, index, rows, spec, config)
-    _save_scan(piece_name(file, index), file, columns, rejects, True, config, keys)
+    _spool_piece(piece, source.scan_piece(file, spec, start, stop, first), spec, config)
+    return file, index
+
+
+def _spool_piece(
+    piece: PieceTuple, rows: Iterable[RowsScan], spec: FeatureSpec, config: GraphConfig
+) -> None:
+    """Spool a piece's rows and save its unit table, totals and rejects (a whole file's under
+    the file's own name)."""
+    file, index, start, stop, _ = piece
+    whole = (start, stop) == (0, -1)
+    columns, rejects, keys = scan_into_spool(file, 0 if whole else index, rows, spec, config)
+    name = file if whole else piece_name(file, index)
+    _save_scan(name, file, columns, rejects, True, config, keys)
+
+
+@no_annotations  # a SourceReader is a Protocol, which Beam 2.78's type check cannot compare
+def sample_piece(piece: PieceTuple, source: InferringSource, config: GraphConfig) -> PieceTuple:
+    """piece -> the same, once the inference part of its head is saved (the guess's input)."""
+    guard_worker()
+    save_sample(source, config.work, piece)
+    return piece
+
+
+@no_annotations  # a SourceReader is a Protocol, which Beam 2.78's type check cannot compare
+def scan_guessing(piece: PieceTuple, source: InferringSource, config: GraphConfig) -> PieceTuple:
+    """numbered piece -> the same, once it is scanned typed to the guessed features (when there
+    are any) and its share of inference, counted in the same pass, is saved."""
+    guard_worker()
+    file, _, start, stop, first = piece
+    spec = load_guess(config.work)
+    scan = source.scan_inferring(file, spec, start, stop, first)
+    if spec is None:
+        for _ in scan:  # counting only: the guess failed, so a second scan will type them
+            pass
+    else:
+        _spool_piece(piece, scan, spec, config)
+    save_part(config.work, piece, scan.inferred())
+    return piece
+
+
+@no_annotations  # a SourceReader is a Protocol, which Beam 2.78's type check cannot compare
+def rescan_if_guessed_wrong(
+    item: tuple[PieceTuple, bool], source: InferringSource, config: GraphConfig
+) -> tuple[str, int]:
+    """(piece, again) -> (file, piece index), once the piece is scanned again with the decided
+    features when they are not the guess (its first scan's rejects removed first)."""
+    guard_worker()
+    piece, again = item
+    file, index, start, stop, first = piece
+    if again:
+        spec = load_spec(config.work)
+        whole = (start, stop) == (0, -1)
+        config.part("rejects", file if whole else piece_name(file, index), ".jsonl").unlink()
+        _spool_piece(piece, source.scan_inferring(file, spec, start, stop, first), spec, config)
     return file, index
 
 
@@ -512,6 +571,52 @@ class ScanPieces(beam.PTransform):
         )
 
 
+class GuessSpec(beam.PTransform):
+    """pieces -> the pieces with their first positions, once the features their samples give
+    are saved as the guess (``spec_stage.decide_guess``)."""
+
+    def __init__(self, source: InferringSource, config: GraphConfig) -> None:
+        super().__init__()
+        self.source, self.config = source, config
+
+    def expand(self, pieces: beam.PCollection) -> beam.PCollection:
+        cost = self.config.options.cost
+        return (
+            pieces
+            | "Spread" >> beam.Reshuffle()
+            | "Sample" >> beam.Map(sample_piece, self.source, self.config)
+            | "OneKey" >> beam.Map(_under_one_key)
+            | "AllSampled" >> beam.GroupByKey()
+            | "Guess" >> beam.FlatMap(decide_guess, self.source, self.config.work, cost)
+        )
+
+
+class ScanInferring(beam.PTransform):
+    """numbered pieces -> their files, scanned and inferred in one pass: each piece is typed to
+    the guess while its kinds are counted; once all are, the full counts decide the features
+    (``spec_stage.confirm_spec``), every piece is scanned again only if they are not the guess,
+    and each file's pieces are joined."""
+
+    def __init__(self, source: InferringSource, config: GraphConfig) -> None:
+        super().__init__()
+        self.source, self.config = source, config
+
+    def expand(self, pieces: beam.PCollection) -> beam.PCollection:
+        source, config = self.source, self.config
+        return (
+            pieces
+            | "Spread" >> beam.Reshuffle()
+            | "Scan" >> beam.Map(scan_guessing, source, config)
+            | "OneKey" >> beam.Map(_under_one_key)
+            | "AllScanned" >> beam.GroupByKey()  # (0, [every piece]): waits for the whole scan
+            | "Confirm" >> beam.FlatMap(confirm_spec, source, config.work, config.options.cost)
+            | "SpreadAgain" >> beam.Reshuffle()
+            | "Rescan" >> beam.Map(rescan_if_guessed_wrong, source, config)
+            | "ByFile" >> beam.GroupByKey()  # (file, [piece index, ...])
+            | "Join" >> beam.Map(merge_pieces, config)
+        )
+
+
 class ConvertFiles(beam.PTransform):
     """source file paths -> the merged stats, saved: scan, plan, write and summarise, one pipeline.
 
@@ -531,7 +636,16 @@ class ConvertFiles(beam.PTransform):
 
     def expand(self, files: beam.PCollection) -> beam.PCollection:
         source, config = self.source, self.config
-        if self.spec is None and isinstance(source, SplittableSource):
+        if self.spec is None and isinstance(source, InferringSource):
+            # schema inference rides on the scan: a guess from each piece's head, checked
+            # against the full counts the scan takes (scanning again only if they differ)
+            scanned = (
+                files
+                | "Pieces" >> beam.FlatMap(pieces_of, source, config.piece_bytes)
+                | "GuessSpec" >> GuessSpec(source, config)
+                | "ScanInferring" >> ScanInferring(source, config)
+            )
+        elif self.spec is None and isinstance(source, SplittableSource):
             # a large file is several tasks; the pieces learn their first positions from the
             # schema step, which counts them while inferring
             scanned = (

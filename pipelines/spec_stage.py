@@ -24,6 +24,7 @@ from apache_beam.typehints.decorators import no_annotations
 
 from shardfeed.formats.cost import resolve_cost_kind
 from shardfeed.formats.sources import SourceReader
+from shardfeed.formats.sources.base import InferringSource
 from shardfeed.formats.store_path import StorePath
 from shardfeed.formats.unit_table import work_part
 from shardfeed.pipelines.worker_guard import guard_worker
@@ -32,6 +33,8 @@ from shardfeed.schemas.features import FeatureSpec
 
 SPEC = "spec.json"
 SPEC_ERROR = "spec-error.json"
+#: the features guessed from a sample of every piece, which the fused scan types with
+GUESS = "spec-guess.json"
 
 
 #: one piece of a file as it travels between stages: (file, index, start, stop, first position)
@@ -48,9 +51,9 @@ def part_name(name: str | PieceTuple) -> str:
     return name if isinstance(name, str) else piece_name(name[0], name[1])
 
 
-def infer_part_path(work: StorePath, name: str | PieceTuple) -> StorePath:
-    """Where a file's or a piece's inference part is saved."""
-    return work_part(work, "infer", part_name(name), ".json")
+def infer_part_path(work: StorePath, name: str | PieceTuple, kind: str = "infer") -> StorePath:
+    """Where a file's or a piece's inference part (``kind`` "guess": its sample's) is saved."""
+    return work_part(work, kind, part_name(name), ".json")
 
 
 def save_inferred(source: SourceReader, work: StorePath, name: str | PieceTuple) -> None:
@@ -60,20 +63,31 @@ def save_inferred(source: SourceReader, work: StorePath, name: str | PieceTuple)
         inferred, span = source.infer(name), 0
     else:
         inferred, span = source.infer_piece(name[0], name[2], name[3])
+    save_part(work, name, inferred, span)
+
+
+def save_part(
+    work: StorePath, name: str | PieceTuple, inferred: Any, span: int = 0, kind: str = "infer"
+) -> None:
+    """Save one inference part as JSON (never pickled); scratch, which a re-run redoes."""
     part = {"inferred": dataclasses.asdict(inferred), "span": span}
-    payload = json.dumps(part, sort_keys=True).encode()
-    infer_part_path(work, name).write_bytes(payload)  # scratch: a re-run redoes it
+    infer_part_path(work, name, kind).write_bytes(json.dumps(part, sort_keys=True).encode())
 
 
-def _read_part(work: StorePath, name: str | PieceTuple) -> dict[str, Any]:
-    return json.loads(infer_part_path(work, name).read_bytes())
+def _read_part(work: StorePath, name: str | PieceTuple, kind: str = "infer") -> dict[str, Any]:
+    return json.loads(infer_part_path(work, name, kind).read_bytes())
 
 
-def merge_inferred(source: SourceReader, work: StorePath, names: Iterable[str | PieceTuple]) -> Any:
+def merge_inferred(
+    source: SourceReader,
+    work: StorePath,
+    names: Iterable[str | PieceTuple],
+    kind: str = "infer",
+) -> Any:
     """Merge the saved parts in order (the merge is associative and commutative)."""
     merged = None
     for name in names:
-        part = source.inferred_type(**_read_part(work, name)["inferred"])
+        part = source.inferred_type(**_read_part(work, name, kind)["inferred"])
         merged = part if merged is None else type(source).merge_inferred(merged, part)
     return merged
 
@@ -118,18 +132,85 @@ def decide_spec(
     return names
 
 
+# --- the fused scan's guess (InferringSource) ---------------------------------------------------
+
+
+def save_sample(source: InferringSource, work: StorePath, piece: PieceTuple) -> None:
+    """Save a piece's sampled inference part, with its exact span of positions."""
+    inferred, span = source.sample_piece(piece[0], piece[2], piece[3])
+    save_part(work, piece, inferred, span, kind="guess")
+
+
+@no_annotations  # a SourceReader is a Protocol, which Beam 2.78's type check cannot compare
+def decide_guess(
+    item: tuple[Any, Iterable[PieceTuple]], source: SourceReader, work: StorePath, cost: str
+) -> list[PieceTuple]:
+    """(key, every sampled piece) -> the pieces with their first positions, once the features
+    the samples give are saved as the guess (``features`` null when the samples give none the
+    source accepts: the first scan then only counts)."""
+    guard_worker()
+    started = time.time()
+    pieces = sorted(item[1])
+    try:
+        spec = source.spec(merge_inferred(source, work, pieces, kind="guess"))
+        resolve_cost_kind(spec, cost)
+        features = spec.to_json()
+    except ShardfeedError:
+        features = None
+    state = {"features": features, "started": started, "finished": time.time()}
+    (work / GUESS).write_bytes(json.dumps(state).encode())
+    spans = [_read_part(work, piece, kind="guess")["span"] for piece in pieces]
+    return number_pieces(pieces, spans, source.first_position)
+
+
+@no_annotations  # a SourceReader is a Protocol, which Beam 2.78's type check cannot compare
+def confirm_spec(
+    item: tuple[Any, Iterable[PieceTuple]], source: SourceReader, work: StorePath, cost: str
+) -> list[tuple[PieceTuple, bool]]:
+    """(key, every scanned piece) -> each piece with whether to scan it again, once the features
+    of the full counts are saved: again, every piece, when they are not the guess the scan
+    typed with; none when the source refuses them (``spec-error.json`` says why)."""
+    guard_worker()
+    pieces = sorted(item[1])
+    guess = json.loads((work / GUESS).read_bytes())
+    try:
+        spec = source.spec(merge_inferred(source, work, pieces))
+        resolve_cost_kind(spec, cost)
+    except ShardfeedError as err:
+        (work / SPEC_ERROR).write_bytes(json.dumps({"error": str(err)}).encode())
+        return []
+    features = json.loads(json.dumps(spec.to_json()))  # as the guess was saved
+    again = features != guess["features"]
+    finished = time.time() if again else guess["finished"]
+    state = {"features": features, "started": guess["started"], "finished": finished}
+    (work / SPEC).write_bytes(json.dumps(state).encode())
+    return [(piece, again) for piece in pieces]
+
+
+def load_guess(work: StorePath) -> FeatureSpec | None:
+    """The guessed features (None: the samples gave none), parsed once per process."""
+    return _load_features(work / GUESS, "the guessed features")
+
+
 def load_spec(work: StorePath) -> FeatureSpec:
     """The saved features, parsed once per process and work dir."""
-    path = work / SPEC
+    spec = _load_features(work / SPEC, "the features")
+    if spec is None:
+        raise ShardfeedError(f"{work / SPEC}: no features saved")
+    return spec
+
+
+def _load_features(path: StorePath, what: str) -> FeatureSpec | None:
     stamp = path.stamp()
     if stamp is None:
-        raise FileNotFoundError(f"{path}: the schema step has not saved the features")
+        raise FileNotFoundError(f"{path}: the schema step has not saved {what}")
     return _load_spec(path, stamp)
 
 
 @functools.lru_cache(maxsize=4)
-def _load_spec(path: StorePath, stamp: int) -> FeatureSpec:
-    return FeatureSpec.from_json(json.loads(path.read_bytes())["features"])
+def _load_spec(path: StorePath, stamp: int) -> FeatureSpec | None:
+    features = json.loads(path.read_bytes())["features"]
+    return None if features is None else FeatureSpec.from_json(features)
 
 
 def spec_outcome(work: StorePath) -> tuple[FeatureSpec, float, float]:

@@ -22,6 +22,8 @@ pytest.importorskip("apache_beam")
 
 from shardfeed import open_dataset
 from shardfeed.cli.main import main
+from shardfeed.formats.sources.jsonl import SAMPLE_BYTES
+from shardfeed.formats.sources.jsonl_lines import _CHUNK
 from shardfeed.formats.sources.parquet_table import ParquetSource
 from shardfeed.formats.verify import verify_dataset
 from shardfeed.planning.shard_plan import (
@@ -86,8 +88,10 @@ def test_a_gzip_input_is_inflated_the_same_whatever_the_shard_count(tmp_path, mo
         assert main(["convert", str(src), str(dst), "--target-shard-size", target]) == 0
         assert len(open_dataset(dst).shards) >= shards
         inflated[shards] = _CountingGzip.inflated
-    # the schema pass and the scan each inflate the file once; the shard writers never do
-    assert inflated[3] == inflated[40] == 2 * len(raw)
+    # the scan inflates the file once (inferring the schema as it goes), the schema's first
+    # guess its head; the shard writers never do
+    assert inflated[3] == inflated[40]
+    assert len(raw) < inflated[3] <= len(raw) + SAMPLE_BYTES + _CHUNK
 
 
 def _parquet_corpus(root: Path) -> Path:
@@ -201,16 +205,19 @@ def _big_jsonl(root: Path) -> Path:
     return root
 
 
-def spy_pieces(monkeypatch, source_class) -> list[tuple[str, int, int, int]]:
-    """``(file, start, stop, first)`` of each piece a source class scans from now on."""
+def spy_pieces(
+    monkeypatch, source_class, method: str = "scan_piece"
+) -> list[tuple[str, int, int, int]]:
+    """``(file, start, stop, first)`` of each piece a source class scans from now on (JSONL's
+    fused scan: ``scan_inferring``)."""
     seen = []
-    scan_piece = source_class.scan_piece
+    scan_piece = getattr(source_class, method)
 
     def spy(self, file, spec, start, stop, first):
         seen.append((file, start, stop, first))
         return scan_piece(self, file, spec, start, stop, first)
 
-    monkeypatch.setattr(source_class, "scan_piece", spy)
+    monkeypatch.setattr(source_class, method, spy)
     return seen
 
 
@@ -225,10 +232,10 @@ def test_a_large_jsonl_file_is_scanned_in_pieces_with_the_unsplit_output(
     args += ["--no-shuffle"] if order == "no-shuffle" else []
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     assert main(["convert", str(src), str(whole), *args]) == 0
-    seen = spy_pieces(monkeypatch, JsonlSource)
+    seen = spy_pieces(monkeypatch, JsonlSource, "scan_inferring")
     assert main(["convert", str(src), str(cut), *args, "--task-size", "20KB"]) == 0
     big = sorted(p for p in seen if p[0] == "big.jsonl")
-    assert len(big) >= 10  # the big file was many tasks
+    assert len(big) >= 10  # the big file was many tasks, each scanned once (the guess held)
     assert [p[3] for p in big][:1] == [1] and len({p[3] for p in big}) == len(big)
     assert _tree(whole) == _tree(cut)
     assert open_dataset(cut).manifest.rejects.total == 2  # the bad line and the textless one
@@ -514,3 +521,62 @@ def test_tar_pieces_cut_between_samples_and_never_where_context_matters(tmp_path
     members += sample_members("00003", {"cls": 1})
     write_tar(src / "again.tar", members)
     assert source.pieces("again.tar", 10_000) == [(0, -1)]
+
+
+def _late_surprises(root: Path) -> Path:
+    """JSONL whose heads mislead a sample: ``score`` is an integer for the first 2,000 lines and
+    then a float (which an integer column rejects), ``late`` appears only near the end, and in
+    ``b.jsonl`` the first 300 lines have no text field at all."""
+    root.mkdir()
+    docs = _documents(3000, seed=5)
+    lines = []
+    for i, d in enumerate(docs):
+        d["score"] = i if i < 2000 else i + 0.5
+        if i > 2900:
+            d["late"] = f"tag-{i % 3}"
+        lines.append(json.dumps(d))
+    (root / "a.jsonl").write_text("\n".join(lines) + "\n")
+    textless = [json.dumps({"id": i}) for i in range(300)]
+    (root / "b.jsonl").write_text("\n".join(textless + lines[:400]) + "\n")
+    return root
+
+
+@pytest.mark.parametrize("task_size", [None, "60KB"])
+def test_a_wrong_schema_guess_is_scanned_again_to_the_output_of_a_right_one(
+    tmp_path, monkeypatch, task_size
+):
+    """The fused scan types each piece to the features its head suggests. When the full counts
+    decide others (a key that turns float, a key that appears late, a file whose head has no
+    text), every piece is scanned again: the dataset, its rejects and stats are byte for byte
+    those of a run whose sample saw everything; the first scan's rejects are gone."""
+    from shardfeed.formats.sources import jsonl
+    from shardfeed.formats.sources.jsonl import JsonlSource
+
+    src = _late_surprises(tmp_path / "src")
+    args = ["--target-shard-size", "60KB", "--max-reject-fraction", "0.2"]
+    args += ["--task-size", task_size] if task_size else []
+    monkeypatch.setattr(jsonl, "SAMPLE_BYTES", 64 << 20)  # the sample is everything: a right guess
+    right = tmp_path / "right"
+    seen = spy_pieces(monkeypatch, JsonlSource, "scan_inferring")
+    assert main(["convert", str(src), str(right), *args]) == 0
+    once = len(seen)
+    seen.clear()
+    monkeypatch.setattr(jsonl, "SAMPLE_BYTES", 4096)  # a few lines: the guess is wrong
+    sample_piece = JsonlSource.sample_piece
+
+    def first_heads_only(self, file, start, stop):  # (the heads of many pieces might see it all)
+        inferred, span = sample_piece(self, file, start, stop)
+        return (inferred if start == 0 else jsonl.InferredSchema()), span
+
+    monkeypatch.setattr(JsonlSource, "sample_piece", first_heads_only)
+    wrong = tmp_path / "wrong"
+    assert main(["convert", str(src), str(wrong), *args]) == 0
+    assert len(seen) == 2 * once  # every piece scanned twice
+    if task_size:
+        assert once > 2  # a.jsonl was cut into pieces
+    assert _tree(right) == _tree(wrong)
+    ds = open_dataset(wrong)
+    names = {f.name: f.dtype for f in ds.features.features}
+    assert names["score"] == "float64" and names["late"] == "string"
+    assert ds.manifest.rejects.total == 300  # b.jsonl's textless lines, and nothing else
+    assert verify_dataset(wrong).ok

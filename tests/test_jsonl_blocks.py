@@ -18,7 +18,9 @@ from shardfeed.formats.sources.jsonl_blocks import (
     Block,
     BlockTyper,
     KindCounts,
+    _trusted_read,
     count_kinds,
+    inferred_read,
     iter_block_lines,
     iter_blocks,
 )
@@ -127,11 +129,24 @@ def test_a_broken_stream_loses_the_same_lines() -> None:
     assert want[-1][2] == "io_error" and 0 < len(want) - 1 < 40_000
 
 
-def _both_paths(lines: list[bytes]) -> tuple[object, object]:
+def _all_paths(lines: list[bytes]) -> tuple[object, object, object]:
+    """The block typed from Arrow's reading with the spec's schema, from its reading with
+    inferred types (the fused scan's), and line by line; None where an Arrow path declines."""
     data = b"\n".join(lines) + b"\n"
     block = Block(1, 0, data)
     typer = BlockTyper(SPEC, "text", "f.jsonl")
-    return typer._arrow_rows(block), typer._line_rows(block)
+    explicit = _trusted_read(data, typer.schema)
+    inferred = inferred_read(block)
+    return (
+        explicit and typer._typed(block, *explicit),
+        inferred and typer._typed(block, *inferred),
+        typer._line_rows(block),
+    )
+
+
+def _both_paths(lines: list[bytes]) -> tuple[object, object]:
+    explicit, _, slow = _all_paths(lines)
+    return explicit, slow
 
 
 def _same(fast, slow) -> None:
@@ -148,10 +163,11 @@ def _same(fast, slow) -> None:
 def test_arrow_typing_agrees_with_the_line_parser(lines: list[bytes]) -> None:
     """Where Arrow's reading of a block is used, it is the line parser's, value for value; where
     they could differ (every hostile line above), the block goes line by line."""
-    fast, slow = _both_paths(lines)
-    if fast is not None:
-        _same(fast, slow)
-        assert not slow.rejects  # Arrow's path is only ever taken by blocks without rejects
+    explicit, inferred, slow = _all_paths(lines)
+    for fast in (explicit, inferred):
+        if fast is not None:
+            _same(fast, slow)
+            assert not slow.rejects  # Arrow's path is only ever taken by blocks without rejects
 
 
 def test_typical_blocks_take_arrows_path() -> None:
@@ -259,3 +275,18 @@ def test_a_block_parsed_in_several_chunks_agrees_with_the_line_parser() -> None:
         "x": "float",
         "tag": "string",
     }
+
+
+def test_an_inferred_reading_is_typed_without_a_second_parse() -> None:
+    """The fused scan types a block from the reading that counted its kinds: integers widen to a
+    float column, an all-null key to its column's type; an integer a double cannot hold exactly
+    sends the block back to a reading with the spec's schema."""
+    records = [{"text": "a", "x": 1, "n": 2}, {"text": "b", "x": -3, "tag": None}]
+    _, inferred, slow = _all_paths([json.dumps(r).encode() for r in records])
+    assert inferred is not None
+    _same(inferred, slow)
+    assert inferred.table.column("x").to_pylist() == [1.0, -3.0]
+    big = [{"text": "a", "x": 2**53 + 1}]
+    explicit, inferred, slow = _all_paths([json.dumps(r).encode() for r in big])
+    assert inferred is None and explicit is not None
+    _same(explicit, slow)

@@ -175,6 +175,30 @@ class SplittableSource(Protocol):
 
 
 @runtime_checkable
+class InferringSource(Protocol):
+    """A splittable source whose schema inference rides on its scan: the pipeline guesses the
+    features from a sample of each piece, scans with the guess while counting every record's
+    kinds, and scans again only where the full counts decide other features (``spec_stage``)."""
+
+    def sample_piece(self, file: str, start: int, stop: int) -> tuple[Any, int]:
+        """A guess at the piece's share of ``infer`` from its head, and (exactly) how many
+        positions the piece spans, as ``infer_piece`` gives."""
+
+    def scan_inferring(
+        self, file: str, spec: FeatureSpec | None, start: int, stop: int, first: int
+    ) -> InferringScan:
+        """The piece's rows typed to ``spec`` (none when None), counting its share of ``infer``."""
+
+
+class InferringScan(Protocol):
+    """Iterating yields the piece's rows; ``inferred()`` afterwards is its share of ``infer``."""
+
+    def __iter__(self) -> Iterator[RowsScan]: ...
+
+    def inferred(self) -> Any: ...
+
+
+@runtime_checkable
 class StampedInputs(Protocol):
     """A source whose units' hashes do not cover every byte a shard is made of (LeRobot videos
     cut from MP4s; images scanned by their headers only): it names those inputs with their size

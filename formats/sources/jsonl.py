@@ -51,11 +51,13 @@ from shardfeed.formats.sources.drift import (
     merge_example_files,
 )
 from shardfeed.formats.sources.jsonl_blocks import (
+    BLOCK_BYTES,
     Block,
     BlockRows,
     BlockTyper,
     KindCounts,
     count_kinds,
+    inferred_read,
     iter_blocks,
 )
 from shardfeed.formats.sources.jsonl_lines import (
@@ -110,6 +112,9 @@ SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
 #: of them line number ``first``; the whole file is ``WHOLE``
 Piece = tuple[int, int, int]
 WHOLE: Piece = (0, -1, 1)
+#: decompressed bytes at the head of a piece that the fused scan's first guess of the schema
+#: comes from (``sample_piece``)
+SAMPLE_BYTES = 1 << 20
 _COALESCE_GAP = 1 << 20  # plain files: merge line reads less than 1 MiB apart ...
 _COALESCE_SPAN = 16 << 20  # ... into reads of at most 16 MiB (unless one line is longer)
 
@@ -274,7 +279,9 @@ class JsonlSource:
                 if stream is not handle:
                     stream.close()
 
-    def _blocks(self, file: str, piece: Piece = WHOLE) -> Iterator[Block | _Line]:
+    def _blocks(
+        self, file: str, piece: Piece = WHOLE, block_bytes: int = BLOCK_BYTES
+    ) -> Iterator[Block | _Line]:
         """``file`` (or the lines starting in one piece of it) in blocks of whole lines
         (``jsonl_blocks.iter_blocks``), with its dropped lines; a file that cannot be opened is
         one dropped line at position 0 (in its first piece only)."""
@@ -283,7 +290,9 @@ class JsonlSource:
             with self._open(file) as (handle, stream, compression):
                 bound = None if compression == "none" else self.max_expanded_bytes
                 if (start, stop) == (0, -1):
-                    yield from iter_blocks(stream, compression, self.max_line_bytes, bound)
+                    yield from iter_blocks(
+                        stream, compression, self.max_line_bytes, bound, block_bytes
+                    )
                     return
                 if compression != "none":
                     raise ShardfeedError(f"{file}: a {compression} file cannot be read in pieces")
@@ -293,6 +302,7 @@ class JsonlSource:
                     compression,
                     self.max_line_bytes,
                     None,
+                    block_bytes,
                     first_number=first,
                     first_offset=lines.start,
                 )
@@ -350,6 +360,32 @@ class JsonlSource:
                 if isinstance(item, Block):
                     count_kinds(item, counts)
             return _inferred(file, counts), lines.lines()
+
+    def sample_piece(self, file: str, start: int, stop: int) -> tuple[InferredSchema, int]:
+        """A first guess at the piece's share of ``infer``: the kinds in its first
+        :data:`SAMPLE_BYTES` (:class:`InferringScan` then counts them all), and, exactly as
+        ``infer_piece`` does, how many lines start in it (0 for a whole file)."""
+        counts = KindCounts()
+        if (start, stop) == WHOLE[:2]:
+            for item in self._blocks(file, block_bytes=SAMPLE_BYTES):
+                if isinstance(item, Block):
+                    count_kinds(item, counts)
+                    break
+            return _inferred(file, counts), 0
+        with self._location.open_input(file, "file") as handle:
+            lines = LineRangeReader(handle, start, stop)
+            for item in iter_blocks(lines, "none", self.max_line_bytes, None, SAMPLE_BYTES):
+                if isinstance(item, Block):
+                    count_kinds(item, counts)
+                    break
+            return _inferred(file, counts), lines.lines()
+
+    def scan_inferring(
+        self, file: str, spec: FeatureSpec | None, start: int, stop: int, first: int
+    ) -> InferringScan:
+        """``scan_piece`` that also counts the piece's share of ``infer`` from the same Arrow
+        readings (``spec`` None: only counts)."""
+        return InferringScan(self, file, spec, (start, stop, first))
 
     def scan_piece(
         self, file: str, spec: FeatureSpec, start: int, stop: int, first: int
@@ -430,12 +466,7 @@ class JsonlSource:
         """Each block's typed rows and rejects; a dropped line is a part with one reject."""
         typer = BlockTyper(spec, self.text_field, file)
         for item in self._blocks(file, piece):
-            if isinstance(item, Block):
-                yield typer.rows(item)
-                continue
-            position = f"line:{item.number}" if item.number else ""
-            reject = RejectRecord.from_error(file, position, item.error)
-            yield BlockRows.concat([], spec, rejects=[reject])
+            yield typer.rows(item) if isinstance(item, Block) else _dropped(file, item, spec)
 
     def read(self, refs: Sequence[UnitRef], spec: FeatureSpec) -> pa.Table:
         """The rows of ``refs`` in the given order, in ``spec.arrow_schema()``.
@@ -490,6 +521,45 @@ class JsonlSource:
                     yield (line.offset, wanted[line.offset]), line.data
                 if line.offset >= last:
                     return
+
+
+class InferringScan:
+    """One piece scanned and inferred in a single pass: iterating yields its rows typed to
+    ``spec`` (nothing when None) while the kinds of every block are counted from the Arrow
+    reading that typed it; :meth:`inferred` is then the piece's share of ``infer``."""
+
+    def __init__(
+        self, source: JsonlSource, file: str, spec: FeatureSpec | None, piece: Piece
+    ) -> None:
+        self._source, self._file, self._spec, self._piece = source, file, spec, piece
+        self._counts = KindCounts()
+
+    def __iter__(self) -> Iterator[RowsScan]:
+        file, spec = self._file, self._spec
+        typer = None if spec is None else BlockTyper(spec, self._source.text_field, file)
+        for item in self._source._blocks(file, self._piece):
+            if isinstance(item, Block):
+                read = inferred_read(item)
+                count_kinds(item, self._counts, read)
+                part = None if typer is None else typer.rows(item, read)
+            else:
+                part = None if spec is None else _dropped(file, item, spec)
+            if part is not None:
+                yield RowsScan.one_row_each(
+                    part.numbers, part.payload, part.hashes, part.table, part.rejects
+                )
+
+    def inferred(self) -> InferredSchema:
+        """The counts of the blocks iterated so far (all of them, once iteration ended)."""
+        return _inferred(self._file, self._counts)
+
+
+def _dropped(file: str, line: _Line, spec: FeatureSpec) -> BlockRows:
+    """A line the block reader dropped (too long, a broken stream, an unreadable file) as a
+    part with one reject and no rows."""
+    position = f"line:{line.number}" if line.number else ""
+    reject = RejectRecord.from_error(file, position, line.error)
+    return BlockRows.concat([], spec, rejects=[reject])
 
 
 def _changed(ref: UnitRef) -> ShardfeedError:

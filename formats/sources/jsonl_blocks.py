@@ -270,13 +270,25 @@ class KindCounts:
         counts[kind] = counts.get(kind, 0) + n
 
 
-def count_kinds(block: Block, counts: KindCounts) -> None:
+#: Arrow's reading of a block with no schema (``inferred_read``): the table and its line table
+InferredRead = tuple[pa.Table, "_LineTable"] | None
+
+
+def inferred_read(block: Block) -> InferredRead:
+    """Arrow's reading of ``block`` with the types it infers, where it agrees with the line
+    parser; one reading serves both :func:`count_kinds` and :meth:`BlockTyper.rows`."""
+    return _trusted_read(block.data, None)
+
+
+def count_kinds(block: Block, counts: KindCounts, read: InferredRead | bool = True) -> None:
     """Add the value kinds of ``block``'s valid JSON objects to ``counts`` (bad lines do not vote).
 
     From Arrow's column types where Arrow agrees with the line parser: ``null`` then also counts
-    records without the key (nulls never vote, so kinds are the same either way)."""
-    read = _trusted_read(block.data, None)
-    if read is not None:
+    records without the key (nulls never vote, so kinds are the same either way). ``read``: the
+    block's :func:`inferred_read` when the caller has it (True: read it here)."""
+    if read is True:
+        read = inferred_read(block)
+    if read:
         table = read[0]
         kinds = [_arrow_kind(f.type) for f in table.schema]
         floats = [table.column(i) for i, kind in enumerate(kinds) if kind == "float"]
@@ -320,6 +332,22 @@ def _arrow_kind(atype: pa.DataType) -> str | None:
         return "string"
     if pa.types.is_null(atype):
         return "null"
+    return None
+
+
+def _widened(column: pa.ChunkedArray, atype: pa.DataType) -> pa.ChunkedArray | None:
+    """``column`` as ``atype`` where the reading with ``atype`` as the schema gives the same
+    values: all nulls, or integers that are exact as doubles (Arrow's parse of ``5`` as a double
+    is ``5.0``); None otherwise."""
+    if column.type == atype:
+        return column
+    if pa.types.is_null(column.type):
+        return pa.chunked_array([pa.nulls(len(column), atype)])
+    if pa.types.is_int64(column.type) and pa.types.is_float64(atype):
+        try:  # a safe cast refuses an integer beyond 2**53, which a double cannot hold
+            return column.cast(atype)
+        except pa.ArrowInvalid:
+            return None
     return None
 
 
@@ -381,28 +409,34 @@ class BlockTyper:
         self.arrow_blocks = 0
         self.line_blocks = 0
 
-    def rows(self, block: Block) -> BlockRows:
-        """The block's good records and its rejects."""
-        rows = self._arrow_rows(block) if self.arrow_ok else None
+    def rows(self, block: Block, inferred: InferredRead = None) -> BlockRows:
+        """The block's good records and its rejects. ``inferred``: the block's
+        :func:`inferred_read`, used as is where its types are the spec's (or widen to them
+        losslessly), which saves a second parse."""
+        rows = None
+        if self.arrow_ok:
+            if inferred:
+                rows = self._typed(block, *inferred)
+            if rows is None:
+                read = _trusted_read(block.data, self.schema)
+                rows = None if read is None else self._typed(block, *read)
         if rows is None:
             self.line_blocks += 1
             return self._line_rows(block)
         self.arrow_blocks += 1
         return rows
 
-    def _arrow_rows(self, block: Block) -> BlockRows | None:
+    def _typed(self, block: Block, table: pa.Table, lines: _LineTable) -> BlockRows | None:
+        """The rows of an Arrow reading of ``block`` in the spec's schema; None where a column
+        is of another type (then the caller reads with the spec's schema, or line by line)."""
         data = block.data
-        read = _trusted_read(data, self.schema)
-        if read is None:
-            return None
-        table, lines = read
         columns, payload = [], np.zeros(table.num_rows, np.int64)
         for f in self.schema:
             if f.name not in table.column_names:
                 columns.append(pa.nulls(table.num_rows, f.type))
                 continue
-            column = table.column(f.name)
-            if column.type != f.type:
+            column = _widened(table.column(f.name), f.type)
+            if column is None:
                 return None
             if pa.types.is_floating(f.type) and not _finite(column):
                 return None

@@ -421,14 +421,16 @@ def _big_tfrecord(root: Path) -> Path:
     return root
 
 
-def converted_in_pieces(tmp_path, monkeypatch, src, source_class, task_size, big, small):
+def converted_in_pieces(
+    tmp_path, monkeypatch, src, source_class, task_size, big, small, method="scan_piece"
+):
     """Convert ``src`` whole and with ``--task-size``: the two trees must be equal, file ``big``
     must have been cut into contiguous pieces tiling it, and ``small`` scanned as one. Returns the
     pieces of ``big`` and the cut dataset's path."""
     args = ["--target-shard-size", "60KB", "--max-reject-fraction", "0.1"]
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     assert main(["convert", str(src), str(whole), *args]) == 0
-    seen = spy_pieces(monkeypatch, source_class)
+    seen = spy_pieces(monkeypatch, source_class, method)
     assert main(["convert", str(src), str(cut), *args, "--task-size", task_size]) == 0
     pieces = sorted(p for p in seen if p[0] == big)
     assert pieces[0][1] == 0 and pieces[0][3] == 0 and pieces[-1][2] == -1
@@ -443,7 +445,14 @@ def test_a_large_tfrecord_file_is_scanned_in_pieces_with_the_unsplit_output(tmp_
 
     src = _big_tfrecord(tmp_path / "src")
     pieces, cut = converted_in_pieces(
-        tmp_path, monkeypatch, src, TFRecordSource, "30KB", "big.tfrecord", "small.tfrecord.gz"
+        tmp_path,
+        monkeypatch,
+        src,
+        TFRecordSource,
+        "30KB",
+        "big.tfrecord",
+        "small.tfrecord.gz",
+        method="scan_inferring",  # the schema rides on the scan: each piece scanned once
     )
     assert len(pieces) >= 5
     assert open_dataset(cut).manifest.rejects.total == 3  # the three bad records
@@ -460,6 +469,7 @@ def test_tfrecord_pieces_start_at_records_and_stop_at_a_damaged_header(tmp_path)
     assert len(ranges) >= 5 and all(a in starts for a, _ in ranges)
     spans = [source.infer_piece("big.tfrecord", a, b)[1] for a, b in ranges]
     assert sum(spans) == 1999  # every record but the one failing its data CRC
+    assert [source.sample_piece("big.tfrecord", a, b)[1] for a, b in ranges] == spans
     assert source.pieces("small.tfrecord.gz", 1) == [(0, -1)]  # gzip is never entered midway
     data = bytearray((src / "big.tfrecord").read_bytes())
     cut = sorted(starts)[1000]
@@ -580,3 +590,42 @@ def test_a_wrong_schema_guess_is_scanned_again_to_the_output_of_a_right_one(
     assert names["score"] == "float64" and names["late"] == "string"
     assert ds.manifest.rejects.total == 300  # b.jsonl's textless lines, and nothing else
     assert verify_dataset(wrong).ok
+
+
+def test_a_wrong_tfrecord_guess_is_scanned_again_to_the_output_of_a_right_one(
+    tmp_path, monkeypatch
+):
+    """TFRecord's fused scan: ``late`` appears only in the last 100 records, and ``score``
+    turns from int64 to float for the last 500 (which the int64 column the majority decides
+    rejects); a guess from the first records misses ``late``, and the second scan gives a
+    right guess's bytes, rejects included."""
+    from shardfeed.formats.sources import tfrecord_source
+    from shardfeed.formats.sources.tfrecord_source import TFRecordSource
+    from shardfeed.formats.tf_example import encode_example
+    from shardfeed.formats.tfrecord import write_records
+
+    src = tmp_path / "src"
+    src.mkdir()
+    records = []
+    for i, doc in enumerate(_documents(2000, seed=9)):
+        features = {"text": ("bytes", [doc["text"].encode()])}
+        features["score"] = ("int64", [i]) if i < 1500 else ("float", [i + 0.5])
+        if i >= 1900:
+            features["late"] = ("int64", [i % 3])
+        records.append(encode_example(features))
+    write_records(src / "a.tfrecord", records)
+    args = ["--target-shard-size", "60KB", "--max-reject-fraction", "0.3"]
+    monkeypatch.setattr(tfrecord_source, "SAMPLE_RECORDS", 10_000)  # all: a right guess
+    monkeypatch.setattr(tfrecord_source, "SAMPLE_BYTES", 64 << 20)
+    right = tmp_path / "right"
+    seen = spy_pieces(monkeypatch, TFRecordSource, "scan_inferring")
+    assert main(["convert", str(src), str(right), *args]) == 0
+    assert len(seen) == 1
+    monkeypatch.setattr(tfrecord_source, "SAMPLE_RECORDS", 100)  # the head only: wrong
+    wrong = tmp_path / "wrong"
+    assert main(["convert", str(src), str(wrong), *args]) == 0
+    assert len(seen) == 3  # scanned twice
+    assert _tree(right) == _tree(wrong)
+    ds = open_dataset(wrong)
+    assert {f.name for f in ds.features.features} == {"text", "score", "late"}
+    assert ds.manifest.rejects.total == 500 and len(ds) == 1500

@@ -76,6 +76,10 @@ from shardfeed.schemas.rejects import RejectError, RejectRecord
 KIND_ORDER = ("int64", "float", "bytes")  # tie-break: the first wins
 _BATCH_RECORDS = 8192  # records per decoded batch and spooled part
 _BATCH_BYTES = 32 << 20  # ... or about this many record bytes
+#: records (or record bytes) at the head of a piece that the fused scan's first guess of the
+#: features comes from (``sample_piece``)
+SAMPLE_RECORDS = 1024
+SAMPLE_BYTES = 1 << 20
 MAX_RECORD_BYTES = 256 << 20  # a larger record is a reject, never held in memory
 _IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF8", b"RIFF", b"BM")
 
@@ -214,24 +218,32 @@ class TFRecordSource:
         span = 0
         for batch in self._batches(file, None, start, stop):
             span += len(batch.records)
-            decoded = decode_batch(batch.records)
-            tally_batch(decoded, tally, _IMAGE_MAGIC)
-            for i in np.flatnonzero(decoded.irregular).tolist():
-                example = _decoded(batch.records[i])
-                if example is not None:
-                    tally.records += 1
-                    _tally_example(example, tally)
-        kinds = tally.kinds
-        inferred = InferredExamples(
-            tally.records,
-            kinds,
-            tally.lengths,
-            tally.text,
-            tally.images,
-            example_files(file, kinds),
-            file_majority(kinds, resolve_kind),
-        )
-        return inferred, span
+            _tally_batch(batch, decode_batch(batch.records), tally)
+        return _inferred(file, tally), span
+
+    def sample_piece(self, file: str, start: int, stop: int) -> tuple[InferredExamples, int]:
+        """A first guess at the piece's share of ``infer``, from its first
+        :data:`SAMPLE_RECORDS` records (:meth:`scan_inferring` then counts them all), and,
+        exactly as ``infer_piece`` does, how many records it holds (0 for a whole file, by a
+        pass over the framing alone)."""
+        batches = self._batches(file, None, start, stop, 0, SAMPLE_RECORDS, SAMPLE_BYTES)
+        tally = KindTally()
+        span = 0
+        for batch in batches:
+            if not span:
+                _tally_batch(batch, decode_batch(batch.records), tally)
+                if (start, stop) == (0, -1):
+                    break
+            span += len(batch.records)
+        whole = (start, stop) == (0, -1)
+        return _inferred(file, tally), 0 if whole else span
+
+    def scan_inferring(
+        self, file: str, spec: FeatureSpec | None, start: int, stop: int, first: int
+    ) -> _InferringScan:
+        """``scan_piece`` that also counts the piece's share of ``infer`` from the same decoded
+        batches (``spec`` None: only counts)."""
+        return _InferringScan(self, file, spec, (start, stop, first))
 
     def pieces(self, file: str, piece_bytes: int) -> list[tuple[int, int]]:
         """Byte ranges of whole records, about ``piece_bytes`` each, from a pass over the record
@@ -303,43 +315,64 @@ class TFRecordSource:
         self, file: str, spec: FeatureSpec, start: int, stop: int, first: int
     ) -> Iterator[RowsScan]:
         """``scan_rows`` over bytes ``[start, stop)``, whose first record is record ``first``."""
-        convert = _Converter(spec)
+        return self._scan(file, spec, (start, stop, first), None)
+
+    def _scan(
+        self,
+        file: str,
+        spec: FeatureSpec | None,
+        piece: tuple[int, int, int],
+        tally: KindTally | None,
+    ) -> Iterator[RowsScan]:
+        """The piece's records typed to ``spec`` (nothing when None), a batch at a time; with
+        ``tally``, every batch's kinds are counted from the same decoding, as ``infer`` does."""
+        start, stop, first = piece
+        convert = None if spec is None else _Converter(spec)
         rejects: list[RejectRecord] = []
-        for batch in self._batches(file, rejects, start, stop, first):
+        errors = None if spec is None else rejects
+        for batch in self._batches(file, errors, start, stop, first):
             decoded = decode_batch(batch.records)
+            if tally is not None:
+                tally_batch(decoded, tally, _IMAGE_MAGIC)
+            odd = np.flatnonzero(decoded.irregular)
+            examples = {}
+            for i in odd.tolist():  # the record decoder's, for what the batch decoder left over
+                example = _decoded(batch.records[i], file, batch.offsets[i], errors)
+                if example is not None:
+                    examples[i] = example
+                    if tally is not None:
+                        tally.records += 1
+                        _tally_example(example, tally)
+            if spec is None or convert is None:
+                continue
             typed = type_batch(decoded, spec)
             positions = batch.first + typed.kept
             for i, err in typed.rejects:
                 rejects.append(RejectRecord.from_error(file, f"record:{batch.first + i}", err))
             table, payload = typed.table, typed.payload
-            odd = np.flatnonzero(decoded.irregular)
-            if odd.size:
-                rows, extra, sizes = [], [], []
-                for i in odd.tolist():
-                    example = _decoded(batch.records[i], file, batch.offsets[i], rejects)
-                    if example is None:
-                        continue
-                    try:
-                        values, size = convert(example)
-                    except RejectError as err:
-                        where = f"record:{batch.first + i}"
-                        rejects.append(RejectRecord.from_error(file, where, err))
-                        continue
-                    rows.append(values)
-                    extra.append(batch.first + i)
-                    sizes.append(size)
-                if rows:
-                    positions = np.concatenate([positions, np.asarray(extra, np.int64)])
-                    payload = np.concatenate([payload, np.asarray(sizes, np.int64)])
-                    table = pa.concat_tables([table, _rows_table(rows, spec)])
-                    order = np.argsort(positions, kind="stable")
-                    positions, payload = positions[order], payload[order]
-                    table = table.take(pa.array(order))
+            rows, extra, sizes = [], [], []
+            for i, example in examples.items():
+                try:
+                    values, size = convert(example)
+                except RejectError as err:
+                    where = f"record:{batch.first + i}"
+                    rejects.append(RejectRecord.from_error(file, where, err))
+                    continue
+                rows.append(values)
+                extra.append(batch.first + i)
+                sizes.append(size)
+            if rows:
+                positions = np.concatenate([positions, np.asarray(extra, np.int64)])
+                payload = np.concatenate([payload, np.asarray(sizes, np.int64)])
+                table = pa.concat_tables([table, _rows_table(rows, spec)])
+                order = np.argsort(positions, kind="stable")
+                positions, payload = positions[order], payload[order]
+                table = table.take(pa.array(order))
             hashes = [content_digest(batch.records[i]) for i in (positions - batch.first).tolist()]
             if len(positions) or rejects:
                 yield RowsScan.one_row_each(positions, payload, hashes, table, rejects)
                 rejects = []
-        if rejects:
+        if rejects and spec is not None:
             yield RowsScan.one_row_each([], [], [], spec.arrow_schema().empty_table(), rejects)
 
     def read(self, refs: Sequence[UnitRef], spec: FeatureSpec) -> pa.Table:
@@ -381,6 +414,8 @@ class TFRecordSource:
         start: int = 0,
         stop: int = -1,
         first: int = 0,
+        batch_records: int = _BATCH_RECORDS,
+        batch_bytes: int = _BATCH_BYTES,
     ) -> Iterator[_Batch]:
         """The framed records of ``file`` (of bytes ``[start, stop)``, whose first record is
         record ``first``) in batches of at most ``_BATCH_RECORDS`` records or about
@@ -410,7 +445,7 @@ class TFRecordSource:
                     batch.offsets.append(offset)
                     batch.records.append(data)
                     size += len(data)
-                    if len(batch.records) >= _BATCH_RECORDS or size >= _BATCH_BYTES:
+                    if len(batch.records) >= batch_records or size >= batch_bytes:
                         yield batch
                         batch, size = _Batch(batch.first + len(batch.records)), 0
         except UnsafePathError as err:  # a link leading outside the root
@@ -477,6 +512,51 @@ class _Batch:
     first: int
     offsets: list[int] = field(default_factory=list)
     records: list[bytes] = field(default_factory=list)
+
+
+class _InferringScan:
+    """One piece scanned and inferred in a single pass: iterating yields its rows typed to
+    ``spec`` (nothing when None) while every batch's kinds are counted from the decoding that
+    typed it; :meth:`inferred` is then the piece's share of ``infer``."""
+
+    def __init__(
+        self,
+        source: TFRecordSource,
+        file: str,
+        spec: FeatureSpec | None,
+        piece: tuple[int, int, int],
+    ) -> None:
+        self._source, self._file, self._spec, self._piece = source, file, spec, piece
+        self._tally = KindTally()
+
+    def __iter__(self) -> Iterator[RowsScan]:
+        yield from self._source._scan(self._file, self._spec, self._piece, self._tally)
+
+    def inferred(self) -> InferredExamples:
+        return _inferred(self._file, self._tally)
+
+
+def _tally_batch(batch: _Batch, decoded: Any, tally: KindTally) -> None:
+    """Count a batch's kinds: its regular records as columns, the others one by one."""
+    tally_batch(decoded, tally, _IMAGE_MAGIC)
+    for i in np.flatnonzero(decoded.irregular).tolist():
+        example = _decoded(batch.records[i])
+        if example is not None:
+            tally.records += 1
+            _tally_example(example, tally)
+
+
+def _inferred(file: str, tally: KindTally) -> InferredExamples:
+    kinds = tally.kinds
+    return InferredExamples(
+        tally.records,
+        kinds,
+        tally.lengths,
+        tally.text,
+        tally.images,
+        example_files(file, kinds),
+        file_majority(kinds, resolve_kind),
+    )
 
 
 def _decoded(

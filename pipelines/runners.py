@@ -9,6 +9,7 @@ starts a ``distributed.LocalCluster`` for the run).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 from collections.abc import Iterator, Sequence
@@ -64,7 +65,35 @@ def _local_runner(options: PipelineOptions) -> PipelineRunner:
     provision = fn_runner.ExtendedProvisionInfo(
         beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)
     )
-    return fn_runner.FnApiRunner(provision_info=provision)
+    return _local_runner_class()(provision_info=provision)
+
+
+@functools.cache
+def _local_runner_class() -> type:
+    """Beam's in-process runner whose ``multi_processing`` workers run :mod:`sdk_worker`."""
+    import sys
+
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+    from apache_beam.transforms import environments
+
+    from shardfeed.pipelines.sdk_worker import WORKER_MODULE
+
+    class LocalRunner(fn_runner.FnApiRunner):
+        """FnApiRunner; the subprocess environment it picks for ``multi_processing`` is
+        replaced with one running our worker module (same harness, quicker exit)."""
+
+        @property
+        def _default_environment(self) -> environments.Environment:
+            return self._environment
+
+        @_default_environment.setter
+        def _default_environment(self, environment: environments.Environment) -> None:
+            if isinstance(environment, environments.SubprocessSDKEnvironment):
+                command = f"{sys.executable} -m {WORKER_MODULE}"
+                environment = environments.SubprocessSDKEnvironment.from_command_string(command)
+            self._environment = environment
+
+    return LocalRunner
 
 
 @contextlib.contextmanager

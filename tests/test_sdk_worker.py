@@ -1,0 +1,44 @@
+"""``multi_processing`` runs use shardfeed's worker module (``pipelines/sdk_worker.py``): Beam's
+harness, then an exit without the cycle collector's last pass; ``in_memory`` runs start none."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+beam = pytest.importorskip("apache_beam")
+
+from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
+
+from shardfeed.pipelines.runners import make_runner  # noqa: E402
+from shardfeed.pipelines.sdk_worker import WORKER_MODULE  # noqa: E402
+
+
+def _main_module(_: object) -> str:
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    return spec.name if spec is not None else sys.modules["__main__"].__file__
+
+
+def _run(args: list[str], out) -> list[str]:
+    options = PipelineOptions(args)
+    with beam.Pipeline(runner=make_runner(options), options=options) as p:
+        _ = (
+            p
+            | beam.Create(range(8))
+            | beam.Reshuffle()
+            | beam.Map(_main_module)
+            | beam.Map(lambda name: out.joinpath(f"{name}-{id(name)}").write_text(name))
+        )
+    return sorted({path.read_text() for path in out.iterdir()})
+
+
+def test_multi_processing_workers_run_shardfeeds_worker_module(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))  # workers import this module
+    workers = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+    assert _run(workers, tmp_path) == [WORKER_MODULE]
+
+
+def test_in_memory_runs_start_no_worker(tmp_path):
+    assert WORKER_MODULE not in _run([], tmp_path)

@@ -149,8 +149,13 @@ def _spool_piece(
     file, index, start, stop, _ = piece
     whole = (start, stop) == (0, -1)
     columns, rejects, keys = scan_into_spool(file, 0 if whole else index, rows, spec, config)
-    name = file if whole else piece_name(file, index)
-    _save_scan(name, file, columns, rejects, True, config, keys)
+    _save_scan(_part_of(piece), file, columns, rejects, True, config, keys)
+
+
+def _part_of(piece: PieceTuple) -> str:
+    """The name a piece's scan parts are saved under: a whole file's own, or the piece's."""
+    file, index, start, stop, _ = piece
+    return file if (start, stop) == (0, -1) else piece_name(file, index)
 
 
 @no_annotations  # a SourceReader is a Protocol, which Beam 2.78's type check cannot compare
@@ -189,8 +194,7 @@ def rescan_if_guessed_wrong(
     file, index, start, stop, first = piece
     if again:
         spec = load_spec(config.work)
-        whole = (start, stop) == (0, -1)
-        config.part("rejects", file if whole else piece_name(file, index), ".jsonl").unlink()
+        config.part("rejects", _part_of(piece), ".jsonl").unlink()
         _spool_piece(piece, source.scan_inferring(file, spec, start, stop, first), spec, config)
     return file, index
 

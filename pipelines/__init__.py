@@ -6,9 +6,10 @@ so ``shardfeed convert`` and ``shardfeed stage`` can tell the user exactly what 
 
 from __future__ import annotations
 
+import importlib.util
+
 from shardfeed import BEAM_INSTALL_HINT
 
-try:
-    import apache_beam  # noqa: F401
-except ImportError as err:  # pragma: no cover - exercised in the core-only test
-    raise ImportError(BEAM_INSTALL_HINT) from err
+# found, not imported: a worker process (sdk_worker.py) sets up logging before Beam loads
+if importlib.util.find_spec("apache_beam") is None:  # pragma: no cover - the core-only test
+    raise ImportError(BEAM_INSTALL_HINT)

@@ -27,6 +27,14 @@ DASK_RUNNERS = {"dask", "daskrunner"}
 #: Loggers of Beam's SDK workers that log a failing step's traceback before the same error is
 #: raised to the driver, which says it once, in one line.
 WORKER_ERROR_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.worker.sdk_worker")
+#: The module each ``multi_processing`` worker process runs (Beam's harness, a quicker exit)
+WORKER_MODULE = "shardfeed.pipelines.sdk_worker"
+#: Loggers of Beam's SDK workers that warn at every worker's start about what a local run does
+#: not use (a staging directory for a pickled main session, options of the driver's runner)
+WORKER_STARTUP_LOGGERS = (
+    "apache_beam.runners.worker.sdk_worker_main",
+    "apache_beam.options.pipeline_options",
+)
 
 
 def quiet_workers(beam_args: Sequence[str]) -> list[str]:
@@ -38,6 +46,7 @@ def quiet_workers(beam_args: Sequence[str]) -> list[str]:
         args.append("--default_sdk_harness_log_level=WARNING")
     if not any(a.startswith("--sdk_harness_log_level_overrides") for a in args):
         overrides = {name: "CRITICAL" for name in WORKER_ERROR_LOGGERS}
+        overrides.update({name: "ERROR" for name in WORKER_STARTUP_LOGGERS})
         args.append(f"--sdk_harness_log_level_overrides={json.dumps(overrides)}")
     return args
 
@@ -70,13 +79,11 @@ def _local_runner(options: PipelineOptions) -> PipelineRunner:
 
 @functools.cache
 def _local_runner_class() -> type:
-    """Beam's in-process runner whose ``multi_processing`` workers run :mod:`sdk_worker`."""
+    """Beam's in-process runner whose ``multi_processing`` workers run :data:`WORKER_MODULE`."""
     import sys
 
     from apache_beam.runners.portability.fn_api_runner import fn_runner
     from apache_beam.transforms import environments
-
-    from shardfeed.pipelines.sdk_worker import WORKER_MODULE
 
     class LocalRunner(fn_runner.FnApiRunner):
         """FnApiRunner; the subprocess environment it picks for ``multi_processing`` is

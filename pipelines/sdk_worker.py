@@ -1,7 +1,9 @@
-"""The SDK worker process of ``--direct_running_mode=multi_processing`` runs: Beam's own
-harness (``apache_beam.runners.worker.sdk_worker_main``), then the same exit the ``shardfeed``
-command takes (``shardfeed.cli.main.entry``): no cycle collection over Beam's object graph as the
-interpreter ends, which cost each worker about half a second after the pipeline's last step.
+"""The SDK worker process of ``--direct_running_mode=multi_processing`` runs
+(``python -m shardfeed.pipelines.sdk_worker``, set by ``runners.py``): Beam's own harness
+(``apache_beam.runners.worker.sdk_worker_main``), quiet at start, then the same exit the
+``shardfeed`` command takes (``shardfeed.cli.main.entry``): no cycle collection over Beam's object
+graph as the interpreter ends, which cost each worker about half a second after the last step.
+Importing ``shardfeed.pipelines`` only checks that Beam is installed, so this runs before Beam loads.
 
 When the harness returns, the runner has closed the control channel: every bundle's outputs were
 sent and every file a step wrote was closed and renamed inside that step.
@@ -10,15 +12,22 @@ sent and every file a step wrote was closed and renamed inside that step.
 from __future__ import annotations
 
 import gc
+import logging
 import sys
-
-#: the worker command ``runners.py`` gives the in-process runner for its worker processes
-WORKER_MODULE = "shardfeed.pipelines.sdk_worker"
 
 
 def main() -> None:
-    from apache_beam.runners.worker import sdk_worker_main
-
+    # Beam's imports log a warning through ``logging.warning`` (no BigQuery client), which also
+    # gives the root logger a stderr handler that then prints every record of the run; the
+    # harness sends its records to the driver, which shows those at the level asked for
+    root = logging.getLogger()
+    root.addHandler(logging.NullHandler())
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        from apache_beam.runners.worker import sdk_worker_main
+    finally:
+        root.setLevel(level)
     sdk_worker_main.main(sys.argv)
     gc.disable()
     gc.freeze()

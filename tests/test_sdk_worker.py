@@ -1,5 +1,6 @@
-"""``multi_processing`` runs use shardfeed's worker module (``pipelines/sdk_worker.py``): Beam's
-harness, then an exit without the cycle collector's last pass; ``in_memory`` runs start none."""
+"""``multi_processing`` runs use shardfeed's worker module (``pipelines/sdk_worker.py``):
+Beam's harness, quiet at start, then an exit without the cycle collector's last pass;
+``in_memory`` runs start none."""
 
 from __future__ import annotations
 
@@ -12,8 +13,7 @@ beam = pytest.importorskip("apache_beam")
 
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 
-from shardfeed.pipelines.runners import make_runner  # noqa: E402
-from shardfeed.pipelines.sdk_worker import WORKER_MODULE  # noqa: E402
+from shardfeed.pipelines.runners import WORKER_MODULE, make_runner  # noqa: E402
 
 
 def _main_module(_: object) -> str:
@@ -42,3 +42,23 @@ def test_multi_processing_workers_run_shardfeeds_worker_module(tmp_path, monkeyp
 
 def test_in_memory_runs_start_no_worker(tmp_path):
     assert WORKER_MODULE not in _run([], tmp_path)
+
+
+def test_a_two_worker_convert_prints_no_beam_log_lines(tmp_path):
+    """Beam's workers warn at start (no BigQuery client, no staging directory, options of the
+    driver's runner) and, once their imports give the root logger a handler, print every
+    record on stderr; a user sees none of it, only the summary."""
+    import json
+    import subprocess
+
+    src = tmp_path / "src"
+    src.mkdir()
+    lines = [json.dumps({"text": f"document {i}", "n": i}) for i in range(500)]
+    (src / "a.jsonl").write_text("\n".join(lines) + "\n")
+    workers = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+    command = [sys.executable, "-m", "shardfeed.cli.main", "convert", str(src)]
+    command += [str(tmp_path / "dst"), "--no-progress", *workers]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "converted 500 of 500 samples" in done.stdout
+    assert done.stderr == ""

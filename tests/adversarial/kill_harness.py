@@ -30,20 +30,30 @@ POLL_SECONDS = 0.002
 ORPHAN_GRACE = 3.0
 
 
-def newer(root: Path, *patterns: str) -> Probe:
+def newer(root: Path, *patterns: str, files_only: bool = False) -> Probe:
     """A probe: some path under ``root`` matching one of ``patterns`` (pathlib globs; hidden
-    temporary files match too) was modified at or after the run started. Files an earlier,
-    killed run left behind are older, so a resumed run's progress is told apart from them."""
+    temporary files match too; with ``files_only``, files only: a directory a deletion empties is
+    newer too) was modified at or after the run started. Files an earlier, killed run left
+    behind are older, so a resumed run's progress is told apart from them."""
 
     def probe(started: float) -> bool:
         for pattern in patterns:
-            for path in root.glob(pattern):
+            for path in matching(root, pattern):
                 with contextlib.suppress(FileNotFoundError):
-                    if path.stat().st_mtime >= started:
+                    if (not files_only or path.is_file()) and path.stat().st_mtime >= started:
                         return True
         return False
 
     return probe
+
+
+def matching(root: Path, pattern: str) -> list[Path]:
+    """The paths under ``root`` matching ``pattern`` now; none of a directory the run deletes
+    while it is being listed (``glob`` then raises)."""
+    try:
+        return list(root.glob(pattern))
+    except FileNotFoundError:
+        return []
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,6 @@ reported and killed. ``SHARDFEED_FULL=1`` runs four times as many rounds.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -338,32 +337,18 @@ def _split_cmd(src: Path, dst: Path, *extra: str, cli: Sequence[str] = CLI) -> l
     return [*cli, "convert", *splits, str(dst), *CONVERT_ARGS, *extra]
 
 
-def _newer_files(root: Path, *patterns: str) -> Probe:
-    """As ``newer``, files only: a directory the deletion empties is newer too."""
-
-    def probe(started: float) -> bool:
-        for pattern in patterns:
-            for path in root.glob(pattern):
-                with contextlib.suppress(FileNotFoundError):
-                    if path.is_file() and path.stat().st_mtime >= started:
-                        return True
-        return False
-
-    return probe
-
-
 def _split_probes(dst: Path) -> dict[str, Probe]:
     """delete: the old manifest is gone (it goes first, then the old files); scan, write,
     publish, cleanup and the commit instant as for convert, within the split work directories;
     the mark: DST's work directory marks an interrupted --overwrite (written before deleting)."""
     return {
         "delete": lambda started: not (dst / MANIFEST_PATH).exists(),
-        "scan": _newer_files(dst, f"{WORK_DIR}/split-*/units/*"),
-        "write": _newer_files(dst, "data/*/*", f"{WORK_DIR}/split-*/shards/*"),
-        "publish": _newer_files(dst, "meta/*", "meta/shardfeed/*"),
-        "cleanup": _newer_files(dst, MANIFEST_PATH),
-        MARK: _newer_files(dst, f"{WORK_DIR}/{INTERRUPTED}"),
-        COMMIT: _newer_files(dst, "meta/shardfeed/.manifest.json.tmp-*"),
+        "scan": newer(dst, f"{WORK_DIR}/split-*/units/*", files_only=True),
+        "write": newer(dst, "data/*/*", f"{WORK_DIR}/split-*/shards/*", files_only=True),
+        "publish": newer(dst, "meta/*", "meta/shardfeed/*", files_only=True),
+        "cleanup": newer(dst, MANIFEST_PATH, files_only=True),
+        MARK: newer(dst, f"{WORK_DIR}/{INTERRUPTED}", files_only=True),
+        COMMIT: newer(dst, "meta/shardfeed/.manifest.json.tmp-*", files_only=True),
     }
 
 

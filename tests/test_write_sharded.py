@@ -217,6 +217,21 @@ def test_published_dataset_is_refused_without_overwrite(reference, tmp_path):
         write(samples[:10], other)
 
 
+def test_a_lease_and_another_attempt_s_lease_temporary_are_not_files_in_dst(tmp_path):
+    """A caller holding DST's writer lease, with another attempt's lease temporary beside it
+    (two jobs started together), writes there: neither is content."""
+    from shardfeed.formats.atomic import temp_name
+    from shardfeed.formats.layout import LEASE_NAME
+
+    dst = tmp_path / "ds"
+    dst.mkdir()
+    (dst / LEASE_NAME).write_text("{}")
+    open(temp_name(str(dst / LEASE_NAME)), "wb").close()
+    samples = corpus(50)
+    write(samples, dst)
+    assert row_keys(dst) == source_keys(samples)
+
+
 def test_an_interrupted_runs_leftovers_are_taken_over(tmp_path):
     dst = tmp_path / "ds"
     (dst / ".shardfeed-work" / "shards").mkdir(parents=True)

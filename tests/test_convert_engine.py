@@ -629,3 +629,34 @@ def test_a_wrong_tfrecord_guess_is_scanned_again_to_the_output_of_a_right_one(
     ds = open_dataset(wrong)
     assert {f.name for f in ds.features.features} == {"text", "score", "late"}
     assert ds.manifest.rejects.total == 500 and len(ds) == 1500
+
+
+def test_a_guess_the_source_refuses_makes_the_first_scan_count_only(tmp_path, monkeypatch):
+    """Heads with no text field give no features the source accepts: the first scan only counts
+    (nothing spooled, no rejects saved), and the second one writes what a right guess does."""
+    from shardfeed.formats.sources import jsonl
+    from shardfeed.formats.sources.jsonl import JsonlSource
+
+    src = tmp_path / "src"
+    src.mkdir()
+    head = [json.dumps({"id": i, "pad": "x" * 8000}) for i in range(200)]  # 1.6 MB, no text
+    body = [json.dumps(d) for d in _documents(800, seed=2)]
+    (src / "a.jsonl").write_text("\n".join(head + body) + "\n")
+    args = ["--target-shard-size", "40KB", "--max-reject-fraction", "0.3"]
+    monkeypatch.setattr(jsonl, "SAMPLE_BYTES", 64 << 20)
+    right = tmp_path / "right"
+    assert main(["convert", str(src), str(right), *args]) == 0
+    monkeypatch.setattr(jsonl, "SAMPLE_BYTES", 1024)  # the head (a block: the first MiB read)
+    seen = []
+    scan_inferring = JsonlSource.scan_inferring
+
+    def spy(self, file, spec, start, stop, first):
+        seen.append(spec is None)
+        return scan_inferring(self, file, spec, start, stop, first)
+
+    monkeypatch.setattr(JsonlSource, "scan_inferring", spy)
+    wrong = tmp_path / "wrong"
+    assert main(["convert", str(src), str(wrong), *args]) == 0
+    assert seen == [True, False]  # counted without features, then scanned with them
+    assert _tree(right) == _tree(wrong)
+    assert open_dataset(wrong).manifest.rejects.total == 200

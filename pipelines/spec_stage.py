@@ -10,7 +10,7 @@ A schema the source refuses (no text field, a cost kind the features cannot give
 ``spec-error.json`` instead and the step emits no file, so nothing is scanned; the driver raises
 it as the run's one-line error.
 
-A source whose inference rides on its scan (``InferringSource``: JSONL) saves a *guess* first, from
+A source whose inference rides on its scan (``InferringSource``: JSONL, TFRecord) saves a *guess*, from
 each piece's head (``spec-guess.json``); the scan types with it and counts every piece's full part;
 ``confirm_spec`` then decides ``spec.json`` from those and says which pieces to scan again (all of
 them, when the decision is not the guess).

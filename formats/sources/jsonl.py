@@ -113,7 +113,8 @@ SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
 Piece = tuple[int, int, int]
 WHOLE: Piece = (0, -1, 1)
 #: decompressed bytes at the head of a piece that the fused scan's first guess of the schema
-#: comes from (``sample_piece``)
+#: comes from (``sample_piece``); a block is at least one read of the stream (1 MiB), so less
+#: samples that much
 SAMPLE_BYTES = 1 << 20
 _COALESCE_GAP = 1 << 20  # plain files: merge line reads less than 1 MiB apart ...
 _COALESCE_SPAN = 16 << 20  # ... into reads of at most 16 MiB (unless one line is longer)

@@ -122,12 +122,8 @@ def decide_spec(
     guard_worker()
     started = time.time()
     names = sorted(item[1])
-    try:
-        spec = source.spec(merge_inferred(source, work, names))
-        resolve_cost_kind(spec, cost)
-    except ShardfeedError as err:
-        body = json.dumps({"error": str(err)}).encode()
-        (work / SPEC_ERROR).write_bytes(body)
+    spec = _decided(source, work, names, cost)
+    if spec is None:
         return []
     state = {"features": spec.to_json(), "started": started, "finished": time.time()}
     (work / SPEC).write_bytes(json.dumps(state).encode())
@@ -135,6 +131,20 @@ def decide_spec(
         spans = [_read_part(work, name)["span"] for name in names]
         return number_pieces(names, spans, source.first_position)
     return names
+
+
+def _decided(
+    source: SourceReader, work: StorePath, names: Iterable[str | PieceTuple], cost: str
+) -> FeatureSpec | None:
+    """The features the saved parts give, or None once ``spec-error.json`` says why the
+    source (or the cost kind) refuses them."""
+    try:
+        spec = source.spec(merge_inferred(source, work, names))
+        resolve_cost_kind(spec, cost)
+    except ShardfeedError as err:
+        (work / SPEC_ERROR).write_bytes(json.dumps({"error": str(err)}).encode())
+        return None
+    return spec
 
 
 # --- the fused scan's guess (InferringSource) ---------------------------------------------------
@@ -178,11 +188,8 @@ def confirm_spec(
     guard_worker()
     pieces = sorted(item[1])
     guess = json.loads((work / GUESS).read_bytes())
-    try:
-        spec = source.spec(merge_inferred(source, work, pieces))
-        resolve_cost_kind(spec, cost)
-    except ShardfeedError as err:
-        (work / SPEC_ERROR).write_bytes(json.dumps({"error": str(err)}).encode())
+    spec = _decided(source, work, pieces, cost)
+    if spec is None:
         return []
     features = json.loads(json.dumps(spec.to_json()))  # as the guess was saved
     again = features != guess["features"]

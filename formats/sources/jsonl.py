@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -366,20 +366,12 @@ class JsonlSource:
         """A first guess at the piece's share of ``infer``: the kinds in its first
         :data:`SAMPLE_BYTES` (:class:`InferringScan` then counts them all), and, exactly as
         ``infer_piece`` does, how many lines start in it (0 for a whole file)."""
-        counts = KindCounts()
         if (start, stop) == WHOLE[:2]:
-            for item in self._blocks(file, block_bytes=SAMPLE_BYTES):
-                if isinstance(item, Block):
-                    count_kinds(item, counts)
-                    break
-            return _inferred(file, counts), 0
+            return _inferred(file, _head_counts(self._blocks(file, block_bytes=SAMPLE_BYTES))), 0
         with self._location.open_input(file, "file") as handle:
             lines = LineRangeReader(handle, start, stop)
-            for item in iter_blocks(lines, "none", self.max_line_bytes, None, SAMPLE_BYTES):
-                if isinstance(item, Block):
-                    count_kinds(item, counts)
-                    break
-            return _inferred(file, counts), lines.lines()
+            blocks = iter_blocks(lines, "none", self.max_line_bytes, None, SAMPLE_BYTES)
+            return _inferred(file, _head_counts(blocks)), lines.lines()
 
     def scan_inferring(
         self, file: str, spec: FeatureSpec | None, start: int, stop: int, first: int
@@ -553,6 +545,16 @@ class InferringScan:
     def inferred(self) -> InferredSchema:
         """The counts of the blocks iterated so far (all of them, once iteration ended)."""
         return _inferred(self._file, self._counts)
+
+
+def _head_counts(items: Iterable[Block | _Line]) -> KindCounts:
+    """The kinds of the first block among ``items`` (a guess's sample); the rest is not read."""
+    counts = KindCounts()
+    for item in items:
+        if isinstance(item, Block):
+            count_kinds(item, counts)
+            break
+    return counts
 
 
 def _dropped(file: str, line: _Line, spec: FeatureSpec) -> BlockRows:

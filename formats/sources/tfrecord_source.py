@@ -226,16 +226,14 @@ class TFRecordSource:
         :data:`SAMPLE_RECORDS` records (:meth:`scan_inferring` then counts them all), and,
         exactly as ``infer_piece`` does, how many records it holds (0 for a whole file, by a
         pass over the framing alone)."""
-        batches = self._batches(file, None, start, stop, 0, SAMPLE_RECORDS, SAMPLE_BYTES)
-        tally = KindTally()
-        span = 0
-        for batch in batches:
-            if not span:
-                _tally_batch(batch, decode_batch(batch.records), tally)
-                if (start, stop) == (0, -1):
-                    break
-            span += len(batch.records)
         whole = (start, stop) == (0, -1)
+        tally, span = KindTally(), 0
+        for batch in self._batches(file, None, start, stop, 0, SAMPLE_RECORDS, SAMPLE_BYTES):
+            if not span:  # the first batch is the sample
+                _tally_batch(batch, decode_batch(batch.records), tally)
+            span += len(batch.records)
+            if whole:  # a whole file's span is not needed
+                break
         return _inferred(file, tally), 0 if whole else span
 
     def scan_inferring(

@@ -17,10 +17,11 @@ from collections.abc import Iterator, Sequence
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.runner import PipelineRunner
 
+from shardfeed.pipelines.beam_import import LOCAL_RUNNER_NAMES
 from shardfeed.pipelines.worker_guard import mark_driver
 from shardfeed.schemas.errors import ShardfeedError
 
-LOCAL_RUNNERS = {None, "", "direct", "directrunner", "fnapirunner"}
+LOCAL_RUNNERS = {None, *LOCAL_RUNNER_NAMES}
 DASK_RUNNERS = {"dask", "daskrunner"}
 
 

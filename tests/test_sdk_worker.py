@@ -40,6 +40,33 @@ def test_multi_processing_workers_run_shardfeeds_worker_module(tmp_path, monkeyp
     assert _run(workers, tmp_path) == [WORKER_MODULE]
 
 
+def _s3_filesystem_loaded(_: object) -> str:
+    return str("apache_beam.io.aws.s3filesystem" in sys.modules)
+
+
+@pytest.mark.parametrize("lean", [True, False])
+def test_workers_import_beam_lean_when_their_driver_did(tmp_path, monkeypatch, lean):
+    """A lean driver (``beam_import.py``, the ``shardfeed`` command on the local runner) marks
+    the environment; its workers then leave Beam's object-store filesystems out too."""
+    from shardfeed.pipelines.beam_import import LEAN_ENV
+
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))  # workers import this module
+    if lean:
+        monkeypatch.setenv(LEAN_ENV, "1")
+    else:
+        monkeypatch.delenv(LEAN_ENV, raising=False)
+    options = PipelineOptions(["--direct_running_mode=multi_processing", "--direct_num_workers=2"])
+    with beam.Pipeline(runner=make_runner(options), options=options) as p:
+        _ = (
+            p
+            | beam.Create(range(8))
+            | beam.Reshuffle()
+            | beam.Map(_s3_filesystem_loaded)
+            | beam.Map(lambda loaded: tmp_path.joinpath(loaded).write_text(loaded))
+        )
+    assert sorted(path.name for path in tmp_path.iterdir()) == [str(not lean)]
+
+
 def test_in_memory_runs_start_no_worker(tmp_path):
     assert WORKER_MODULE not in _run([], tmp_path)
 

@@ -235,6 +235,10 @@ def _errors_once():
 def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     try:
         with _quiet_imports():
+            from shardfeed.pipelines.beam_import import import_beam, runs_locally
+
+            local = args.dask_address is None and args.dask_local_workers is None
+            import_beam(lean=local and runs_locally(beam_args))
             from shardfeed.pipelines.driver import ConvertConfig, TooManyRejectsError, run_convert
             from shardfeed.pipelines.runners import dask_args
     except ImportError as err:

@@ -1,0 +1,67 @@
+"""Import Beam for a local run without the parts a local run never uses.
+
+``import apache_beam`` also imports every optional filesystem whose client library is installed
+(S3 through boto3, Azure Blob, GCS, HDFS). A local shardfeed run uses none of them: its files go
+through ``pyarrow.fs``. In an environment that also holds those clients (a mosaicml-streaming
+install brings Azure's and Google's) they cost about half a second of every command's start and
+of every ``multi_processing`` worker's (BENCHMARKS.md). (pandas, which Beam also imports when it
+is installed, is left alone: pyarrow imports it anyway on its first ``pa.array`` call.)
+
+Only the ``shardfeed`` command on the local runner, and the worker processes of such a run, take
+the lean import (:data:`LEAN_ENV`); a pipeline of the user's own imports Beam as Beam does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+#: Set by a lean driver, so its ``multi_processing`` workers (``sdk_worker.py``) import lean too
+LEAN_ENV = "SHARDFEED_LEAN_BEAM"
+
+#: Modules Beam imports at start that a local shardfeed run never uses; each import is tried by
+#: Beam inside ``except ImportError``, so leaving them out only leaves those features out
+SKIPPED = (
+    "apache_beam.io.aws.s3filesystem",
+    "apache_beam.io.azure.blobstoragefilesystem",
+    "apache_beam.io.gcp.gcsfilesystem",
+    "apache_beam.io.hadoopfilesystem",
+)
+
+#: Runner names (lower-cased) that mean Beam's in-process runner
+LOCAL_RUNNER_NAMES = frozenset({"", "direct", "directrunner", "fnapirunner"})
+
+
+def runs_locally(beam_args: Sequence[str]) -> bool:
+    """Whether Beam flags ``beam_args`` pick the in-process runner (the default)."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--runner", default="")
+    known, _ = parser.parse_known_args(list(beam_args))
+    return known.runner.lower() in LOCAL_RUNNER_NAMES
+
+
+def import_beam(lean: bool) -> None:
+    """Import Beam, without :data:`SKIPPED` when ``lean`` (and mark the environment, so this
+    process's worker processes do the same). Modules already imported stay; once Beam is in,
+    each skipped module can be imported again as usual (``import pandas`` works)."""
+    if not lean or "apache_beam" in sys.modules:
+        import apache_beam
+
+        return
+    os.environ[LEAN_ENV] = "1"
+    blocked = [name for name in SKIPPED if name not in sys.modules]
+    for name in blocked:
+        sys.modules[name] = None  # type: ignore[assignment]  # "import X" raises ImportError
+    try:
+        import apache_beam  # noqa: F401
+    finally:
+        for name in blocked:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
+
+
+def lean_worker() -> bool:
+    """Whether this process is the worker of a driver that imported Beam lean."""
+    return os.environ.get(LEAN_ENV) == "1"

@@ -1,0 +1,104 @@
+"""A local ``shardfeed convert`` imports Beam without the object-store filesystems it never uses
+(``pipelines/beam_import.py``), and so do the worker processes of such a run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("apache_beam")
+
+from shardfeed.pipelines.beam_import import LEAN_ENV, SKIPPED, runs_locally
+
+S3_FS = "apache_beam.io.aws.s3filesystem"
+
+
+@pytest.mark.parametrize(
+    ("args", "local"),
+    [
+        ([], True),
+        (["--direct_running_mode=multi_processing", "--direct_num_workers=2"], True),
+        (["--runner=DirectRunner"], True),
+        (["--runner", "FnApiRunner"], True),
+        (["--runner=dask"], False),
+        (["--runner", "DataflowRunner", "--project=p"], False),
+        (["--runner=FlinkRunner"], False),
+    ],
+)
+def test_runs_locally_reads_the_runner_flag(args, local):
+    assert runs_locally(args) is local
+
+
+def _python(code: str, env: dict[str, str] | None = None) -> dict:
+    """Run ``code`` in a fresh interpreter; its last stdout line is JSON."""
+    import os
+
+    run_env = {k: v for k, v in os.environ.items() if k != LEAN_ENV}
+    run_env.update(env or {})
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=run_env,
+        timeout=120,
+        check=True,
+    )
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+PROBE = """
+    import importlib, json, os, sys
+    from apache_beam.io.filesystems import FileSystems
+    try:
+        FileSystems.get_filesystem("s3://bucket/key")
+        s3 = True
+    except ValueError:
+        s3 = False
+    loaded = [name for name in {skipped!r} if name in sys.modules]
+    importlib.import_module("{s3_fs}")  # still importable once Beam is in
+    print(json.dumps({{"loaded": loaded, "s3": s3, "env": os.environ.get("{env}")}}))
+"""
+
+
+def _probe() -> str:
+    return PROBE.format(skipped=SKIPPED, s3_fs=S3_FS, env=LEAN_ENV)
+
+
+def test_a_lean_import_leaves_the_filesystems_out_and_marks_the_environment():
+    lean = _python(
+        "from shardfeed.pipelines.beam_import import import_beam\nimport_beam(lean=True)\n"
+        + textwrap.dedent(_probe())
+    )
+    assert lean == {"loaded": [], "s3": False, "env": "1"}
+
+
+def test_a_full_import_keeps_beams_filesystems():
+    import importlib.util
+
+    assert importlib.util.find_spec("boto3") is not None  # the [beam] extra installs it
+    full = _python(
+        "from shardfeed.pipelines.beam_import import import_beam\nimport_beam(lean=False)\n"
+        + textwrap.dedent(_probe())
+    )
+    assert full["s3"] is True and S3_FS in full["loaded"] and full["env"] is None
+
+
+def test_a_local_convert_imports_beam_lean(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.jsonl").write_text("".join(json.dumps({"text": f"d{i}"}) + "\n" for i in range(50)))
+    args = ["convert", str(src), str(tmp_path / "dst"), "--no-progress"]
+    found = _python(
+        f"""
+        import json, os, sys
+        from shardfeed.cli.main import main
+        code = main({args!r})
+        print(json.dumps({{"code": code, "s3": "{S3_FS}" in sys.modules,
+                          "env": os.environ.get("{LEAN_ENV}")}}))
+        """
+    )
+    assert found == {"code": 0, "s3": False, "env": "1"}

@@ -6,6 +6,7 @@ The summary is built from what the pipeline wrote (shard sidecars and reject par
 
 from __future__ import annotations
 
+import builtins
 import collections
 import hashlib
 import json
@@ -403,7 +404,7 @@ def _cluster_failure(err: Exception) -> ShardfeedError | None:
     """A one-line error for a failure of the cluster itself (a Dask worker that died on every
     attempt at a task, a lost scheduler), which no input caused, or for shardfeed's own error
     raised in an SDK worker process and handed back as text; None for anything else."""
-    remote = _remote_shardfeed_error(err)
+    remote = _remote_shardfeed_error(err) or _remote_os_error(err)
     if remote is not None:
         return remote
     if not type(err).__module__.startswith("distributed"):
@@ -432,6 +433,30 @@ def _remote_shardfeed_error(err: Exception) -> ShardfeedError | None:
     if not (isinstance(cls, type) and issubclass(cls, ShardfeedError)):
         return None
     return ShardfeedError(message.strip())
+
+
+_REMOTE_LAST = re.compile(r"^(\w+): (.*?)(?: \[while running '([^']*)'\])?$")
+
+
+def _remote_os_error(err: Exception) -> ShardfeedError | None:
+    """Beam hands a step's ``OSError`` (a full disk, a lost mount, a permission) back as
+    ``RuntimeError`` text, in every runner: its last line, the error and the step, in one line."""
+    if type(err) is not RuntimeError:
+        return None
+    lines = str(err).strip().splitlines()
+    last = lines[-1] if lines else ""
+    while last.startswith("RuntimeError: "):
+        last = last.removeprefix("RuntimeError: ")
+    found = _REMOTE_LAST.match(last)
+    cls = getattr(builtins, found.group(1), None) if found else None
+    if not (isinstance(cls, type) and issubclass(cls, OSError)):
+        return None
+    name, message, step = found.groups()
+    where = f" in step {step.rpartition('/')[2]}" if step else ""
+    return ShardfeedError(
+        f"{name}: {message}{where}; nothing was published. Run the same command again once "
+        "it is fixed: the shards already written are kept"
+    )
 
 
 def only_leftovers(dst: StorePath, work: StorePath) -> bool:

@@ -18,6 +18,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.runners.runner import PipelineRunner
 
 from shardfeed.pipelines.beam_import import LOCAL_RUNNER_NAMES
+from shardfeed.pipelines.step_errors import ERROR_LOGGERS
 from shardfeed.pipelines.worker_guard import mark_driver
 from shardfeed.schemas.errors import ShardfeedError
 
@@ -25,9 +26,6 @@ LOCAL_RUNNERS = {None, *LOCAL_RUNNER_NAMES}
 DASK_RUNNERS = {"dask", "daskrunner"}
 
 
-#: Loggers of Beam's SDK workers that log a failing step's traceback before the same error is
-#: raised to the driver, which says it once, in one line.
-WORKER_ERROR_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.worker.sdk_worker")
 #: The module each ``multi_processing`` worker process runs (Beam's harness, a quicker exit)
 WORKER_MODULE = "shardfeed.pipelines.sdk_worker"
 #: Loggers of Beam's SDK workers that warn at every worker's start about what a local run does
@@ -46,10 +44,39 @@ def quiet_workers(beam_args: Sequence[str]) -> list[str]:
     if not any(a.startswith("--default_sdk_harness_log_level") for a in args):
         args.append("--default_sdk_harness_log_level=WARNING")
     if not any(a.startswith("--sdk_harness_log_level_overrides") for a in args):
-        overrides = {name: "CRITICAL" for name in WORKER_ERROR_LOGGERS}
+        overrides = {name: "CRITICAL" for name in ERROR_LOGGERS}
         overrides.update({name: "ERROR" for name in WORKER_STARTUP_LOGGERS})
         args.append(f"--sdk_harness_log_level_overrides={json.dumps(overrides)}")
     return args
+
+
+#: Most threads the in-process runner takes by default (one per available core up to this):
+#: Arrow's parsing, zstd, hashing and file I/O release the GIL, so threads use several cores
+#: with no process and no Beam import per worker; the per-record Python left caps the gain
+DEFAULT_THREADS_MAX = 4
+
+
+def with_local_threads(beam_args: Sequence[str], cores: int | None = None) -> list[str]:
+    """``beam_args`` for the in-process runner with one thread per available core (at most
+    :data:`DEFAULT_THREADS_MAX`), unless they set ``--direct_running_mode`` or
+    ``--direct_num_workers`` themselves; on one core, unchanged."""
+    args = list(beam_args)
+    if any(a.startswith(("--direct_running_mode", "--direct_num_workers")) for a in args):
+        return args
+    threads = min(cores if cores is not None else available_cores(), DEFAULT_THREADS_MAX)
+    if threads < 2:
+        return args
+    return [*args, "--direct_running_mode=multi_threading", f"--direct_num_workers={threads}"]
+
+
+def available_cores() -> int:
+    """Cores this process may run on (its CPU affinity, where the OS has one)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - macOS, Windows
+        return os.cpu_count() or 1
 
 
 def make_runner(options: PipelineOptions) -> PipelineRunner | str:

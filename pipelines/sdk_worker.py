@@ -30,8 +30,11 @@ def main() -> None:
 
         import_beam(lean=lean_worker())  # as its driver did
         from apache_beam.runners.worker import sdk_worker_main
+
+        from shardfeed.pipelines.step_errors import StderrWithoutTracebacks
     finally:
         root.setLevel(level)
+    sys.stderr = StderrWithoutTracebacks(sys.stderr)  # a failing step is said by the driver
     sdk_worker_main.main(sys.argv)
     gc.disable()
     gc.freeze()

@@ -5,9 +5,10 @@ One deterministic image-folder corpus (``class_NNN/img_NNNNNN.jpg``, every file 
 is generated once and converted by each contender, side by side on this machine:
 
 ==================  ===========================================================================
-sf-header-1w        ``shardfeed convert --validate header`` on the default in-process runner
+sf-header-1w        ``shardfeed convert --validate header`` on the in-process runner, one thread
+sf-header-2t        the same on two threads (what ``convert`` does by default on 2 cores)
 sf-header-2w        the same with ``--direct_running_mode=multi_processing --direct_num_workers=2``
-sf-full-1w          ``shardfeed convert`` with the default ``--validate full`` (decodes every image)
+sf-full-1w          ``shardfeed convert`` with the default ``--validate full`` (decodes every image), one thread
 wds                 WebDataset ``ShardWriter``: tars of (jpg bytes, cls) at the same shard size
 mds                 mosaicml-streaming ``MDSWriter``: {image: bytes, label: int}, no compression
 cp                  ``cp -r`` of the corpus
@@ -71,9 +72,9 @@ SAMPLE_INTERVAL_S = 0.05
 FULL = {"files": 24_000, "classes": 100, "min_kb": 10, "max_kb": 40, "shard": "100MB"}
 QUICK = {"files": 3_000, "classes": 100, "min_kb": 10, "max_kb": 30, "shard": "10MB"}
 
-ALL_CONTENDERS = ("cp", "wds", "mds", "sf-header-1w", "sf-header-2w", "sf-full-1w")
+ALL_CONTENDERS = ("cp", "wds", "mds", "sf-header-1w", "sf-header-2t", "sf-header-2w", "sf-full-1w")
 PEERS = ("wds", "mds")
-SF_HEADER = ("sf-header-1w", "sf-header-2w")
+SF_HEADER = ("sf-header-1w", "sf-header-2t", "sf-header-2w")
 KINDS = ("image", "text", "text-gz", "parquet", "tfrecord", "lerobot")
 
 
@@ -449,8 +450,12 @@ def contender_cmd(name: str, src: Path, dst: Path, shard: str) -> tuple[list[str
     if name == "mds":
         warm_mds = f"import sys; sys.path.insert(0, {str(Path(me).parent)!r}); import bench_convert; bench_convert.import_mds_writer()"
         return [py, me, "_mds", str(src), str(dst), str(parse_size(shard))], warm_mds
+    one = "--direct_num_workers=1"
     if name == "sf-header-1w":
-        return [*sf, "--validate", "header"], warm_sf
+        return [*sf, "--validate", "header", one], warm_sf
+    if name == "sf-header-2t":
+        threads = ["--direct_running_mode=multi_threading", "--direct_num_workers=2"]
+        return [*sf, "--validate", "header", *threads], warm_sf
     if name == "sf-header-2w":
         return (
             [
@@ -463,7 +468,7 @@ def contender_cmd(name: str, src: Path, dst: Path, shard: str) -> tuple[list[str
             warm_sf + ", apache_beam.runners.worker.sdk_worker_main",
         )
     if name == "sf-full-1w":
-        return sf, warm_sf
+        return [*sf, one], warm_sf
     raise ValueError(name)
 
 
@@ -886,6 +891,10 @@ def run_image(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict
                 (by["cp"].wall_s + by["cp"].sync_s) / (by[best_sf].wall_s + by[best_sf].sync_s), 3
             )
         summary["best_shardfeed"] = best_sf
+        for mode in ("2w", "2t"):  # two processes, two threads, over one thread
+            if f"sf-header-{mode}" in by and "sf-header-1w" in by:
+                scale = tput[f"sf-header-{mode}"] / tput["sf-header-1w"]
+                summary[f"scale_{mode}"] = round(scale, 3)
     if "sf-full-1w" in by and "sf-header-1w" in by:
         full, header = by["sf-full-1w"], by["sf-header-1w"]
         workers = 1  # both run on the in-process runner: one core busy

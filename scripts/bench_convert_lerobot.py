@@ -7,7 +7,8 @@ per episode: ``observation.state`` and ``action`` float32[6], timestamps, indice
 converted to the v3.0 layout by:
 
 =========  ==========================================================================================
-sf-1w      ``shardfeed convert --from lerobot`` on the in-process runner (``sf-2w``: two workers)
+sf-1w      ``shardfeed convert --from lerobot`` on the in-process runner, one thread (``sf-2t``: two
+           threads, ``convert``'s default on 2 cores; ``sf-2w``: two multi_processing workers)
 lerobot    LeRobot's own converter, ``convert_dataset_v21_to_v30.convert_dataset(..., root=...,
            push_to_hub=False)``, offline, in ``.venv-lerobot`` (made by
            ``scripts/test_lerobot_interop.sh``); it converts in place, so the process first copies
@@ -32,6 +33,7 @@ import time
 from pathlib import Path
 
 import bench_convert as bc
+import bench_convert_text as bct
 from bench_convert_text import run_one, write_parts
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,7 +43,7 @@ EPISODES, QUICK_EPISODES = 240, 60
 FPS, DIM, SEED = 30, 6, 11
 TASKS = ("pick up the cube", "open the drawer", "push the block left")
 REPO_ID = "bench/robot"
-CONTENDERS = ("sf-1w", "sf-2w", "lerobot", "plain")
+CONTENDERS = ("sf-1w", "sf-2t", "sf-2w", "lerobot", "plain")
 
 
 def make_corpus(root: Path, episodes: int) -> dict:
@@ -221,8 +223,7 @@ def run_kind(
         if name.startswith("sf-"):
             cmd = [sys.executable, "-m", "shardfeed.cli.main", "convert", str(corpus), str(dst)]
             cmd += ["--from", "lerobot", "--target-shard-size", str(target), "--json"]
-            if name == "sf-2w":
-                cmd += ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+            cmd += bct.MODES[name.removeprefix("sf-")]
             warm = "import apache_beam, shardfeed.cli.main, shardfeed.pipelines.driver"
         elif name == "lerobot":
             python = LEROBOT_VENV / "bin" / "python"
@@ -251,14 +252,15 @@ def run_kind(
         print(note)
     by = {r.name: r for r in results}
     block: dict = {}
-    best = min((n for n in ("sf-1w", "sf-2w") if n in by), key=lambda n: by[n].wall_s, default=None)
+    best = min((n for n in bct.SF_RUNS if n in by), key=lambda n: by[n].wall_s, default=None)
     if best and "lerobot" in by:
         block["vs_lerobot"] = round(by["lerobot"].work_s / by[best].work_s, 3)
         block["vs_lerobot_wall"] = round(by["lerobot"].wall_s / by[best].wall_s, 3)
     if best and "plain" in by:
         block["vs_plain"] = round(by["plain"].wall_s / by[best].wall_s, 3)
-    if "sf-1w" in by and "sf-2w" in by:
-        block["scale_2w"] = round(by["sf-1w"].wall_s / by["sf-2w"].wall_s, 3)
+    for mode in ("2w", "2t"):
+        if "sf-1w" in by and f"sf-{mode}" in by:
+            block[f"scale_{mode}"] = round(by["sf-1w"].wall_s / by[f"sf-{mode}"].wall_s, 3)
     block["frames_per_s"] = {r.name: round(samples / r.wall_s, 1) for r in results}
     block["work_s"] = {r.name: r.work_s and round(r.work_s, 3) for r in results}
     if notes:

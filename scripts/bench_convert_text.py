@@ -7,18 +7,19 @@ log-normal lengths, ``source``, ``score``) is generated once, in 8 files, and co
 ========  =======================================================================================
 kind      contenders
 ========  =======================================================================================
-text      ``sf-1w``/``sf-2w`` (shardfeed, in-process runner; 2 multi_processing workers), ``hf``
+text      ``sf-1w``/``sf-2t``/``sf-2w`` (shardfeed: in-process runner on one thread; on two
+          threads, what ``convert`` does by default on 2 cores; 2 multi_processing workers), ``hf``
           (Hugging Face ``datasets``: ``load_dataset("json")``, ``shuffle(seed)``,
           ``flatten_indices()``, ``to_parquet`` per shard), ``mds`` (``MDSWriter``, ``json.loads``
           per line), ``plain`` (one pyarrow pass: ``read_json``, ``take(permutation)``,
           ``write_table`` zstd per shard: the practical limit)
-text-gz   the same files as ``.jsonl.gz`` and ``.jsonl.zst``, converted by shardfeed into about 4
-          and about 64 shards, beside the plain ``.jsonl`` at 4 shards
-parquet   the same documents as 8 Parquet files: ``sf-1w``, ``sf-2w``, ``hf``
+text-gz   the same files as ``.jsonl.gz`` and ``.jsonl.zst``, converted by shardfeed (its default
+          runner) into about 4 and about 64 shards, beside the plain ``.jsonl`` at 4 shards
+parquet   the same documents as 8 Parquet files: ``sf-1w``, ``sf-2t``, ``sf-2w``, ``hf``
           (``load_dataset("parquet")``, the same steps) and ``plain`` (``read_table``, ``take``,
           ``write_table`` zstd)
 tfrecord  100,000 ``tf.train.Example`` records in 8 files (int64 and float scalars, an 8-float
-          list, UTF-8 text, a varying list of byte strings): ``sf-1w``, ``sf-2w`` and
+          list, UTF-8 text, a varying list of byte strings): ``sf-1w``, ``sf-2t``, ``sf-2w`` and
           ``tfrecord`` (the ``tfrecord`` package's reader, columns into pyarrow, permuted,
           ``write_table`` zstd)
 ========  =======================================================================================
@@ -49,10 +50,11 @@ QUICK_DOCS = 2_500  # 20,000 documents, about 28 MB
 SEED = 7
 PEER_SEED = 0
 
-TEXT_CONTENDERS = ("sf-1w", "sf-2w", "hf", "mds", "plain")
-TFRECORD_CONTENDERS = ("sf-1w", "sf-2w", "tfrecord")
+TEXT_CONTENDERS = ("sf-1w", "sf-2t", "sf-2w", "hf", "mds", "plain")
+TFRECORD_CONTENDERS = ("sf-1w", "sf-2t", "sf-2w", "tfrecord")
 TF_FULL, TF_QUICK = 12_500, 2_500  # tf.train.Example records per file (8 files)
-PARQUET_CONTENDERS = ("sf-1w", "sf-2w", "hf", "plain")
+PARQUET_CONTENDERS = ("sf-1w", "sf-2t", "sf-2w", "hf", "plain")
+SF_RUNS = ("sf-1w", "sf-2t", "sf-2w")
 GZ_CONTENDERS = ("sf-jsonl-4", "sf-gz-4", "sf-gz-64", "sf-zst-4", "sf-zst-64")
 SHARDS = 4  # the text and parquet kinds' shard count
 
@@ -280,12 +282,17 @@ def run_peer(argv: list[str]) -> int:
 # Running and checking one contender
 
 
-def shardfeed_cmd(src: Path, dst: Path, target: int, workers: int) -> list[str]:
+#: Beam flags of each shardfeed contender's runner mode (None: ``convert``'s default)
+MODES = {
+    "1w": ["--direct_num_workers=1"],
+    "2t": ["--direct_running_mode=multi_threading", "--direct_num_workers=2"],
+    "2w": ["--direct_running_mode=multi_processing", "--direct_num_workers=2"],
+}
+
+
+def shardfeed_cmd(src: Path, dst: Path, target: int, mode: str | None) -> list[str]:
     cmd = [sys.executable, "-m", "shardfeed.cli.main", "convert", str(src), str(dst)]
-    cmd += ["--target-shard-size", str(target), "--json"]
-    if workers > 1:
-        cmd += ["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"]
-    return cmd
+    return [*cmd, "--target-shard-size", str(target), "--json", *MODES.get(mode or "", [])]
 
 
 def count_output(name: str, dst: Path) -> tuple[int, dict]:
@@ -348,7 +355,7 @@ def plan_runs(kind: str, corpus: Path, out: Path, info: dict, names: list[str]) 
         for name in names:
             _, what, shards = name.split("-")
             src = corpus / ("jsonl" if what == "jsonl" else what)
-            cmd = shardfeed_cmd(src, out / name, payload // int(shards) + 1, 1)
+            cmd = shardfeed_cmd(src, out / name, payload // int(shards) + 1, None)
             runs.append((name, cmd, WARM_SF))
         return runs
     src, fmt = {
@@ -363,9 +370,9 @@ def plan_runs(kind: str, corpus: Path, out: Path, info: dict, names: list[str]) 
     }
     for name in names:
         if name.startswith("sf-"):
-            workers = int(name[3])
-            cmd = shardfeed_cmd(src, out / name, target, workers)
-            runs.append((name, cmd, WARM_SF_2W if workers > 1 else WARM_SF))
+            mode = name.removeprefix("sf-")
+            cmd = shardfeed_cmd(src, out / name, target, mode)
+            runs.append((name, cmd, WARM_SF_2W if mode == "2w" else WARM_SF))
         else:
             cmd = [py, me, "_peer", name, str(src), str(out / name), str(SHARDS), fmt, str(target)]
             runs.append((name, cmd, warm.get(name, "")))
@@ -386,13 +393,14 @@ def summarise(kind: str, results: list[bc.Result], samples: int) -> dict:
         out["gz_over_plain"] = ratio("sf-jsonl-4", "sf-gz-4")
         out["zst_over_plain"] = ratio("sf-jsonl-4", "sf-zst-4")
     elif kind == "tfrecord":
-        best = max((n for n in ("sf-1w", "sf-2w") if n in tput), key=tput.get, default=None)
+        best = max((n for n in SF_RUNS if n in tput), key=tput.get, default=None)
         if best:
             out["vs_tfrecord"] = ratio(best, "tfrecord")
             out["best_shardfeed"] = best
         out["scale_2w"] = ratio("sf-2w", "sf-1w")
+        out["scale_2t"] = ratio("sf-2t", "sf-1w")
     else:
-        best = max((n for n in ("sf-1w", "sf-2w") if n in tput), key=tput.get, default=None)
+        best = max((n for n in SF_RUNS if n in tput), key=tput.get, default=None)
         if best:
             if kind == "text":
                 out["vs_hf"] = ratio(best, "hf")
@@ -402,6 +410,7 @@ def summarise(kind: str, results: list[bc.Result], samples: int) -> dict:
             out["vs_plain"] = ratio(best, "plain")
             out["best_shardfeed"] = best
         out["scale_2w"] = ratio("sf-2w", "sf-1w")
+        out["scale_2t"] = ratio("sf-2t", "sf-1w")
     out["samples_per_s"] = {n: round(v, 1) for n, v in tput.items()}
     out["shards"] = {r.name: r.extra.get("shards") for r in results}
     out["peak_rss_mb"] = {r.name: round(r.peak_rss_bytes / 1e6) for r in results}

@@ -346,8 +346,8 @@ def test_a_rerun_reuses_the_shards_an_interrupted_run_finished(tmp_path, capsys,
         return real_build_shard(root, number, *a, **kw)
 
     monkeypatch.setattr(graph, "build_shard", crash_on_third_shard)
-    with pytest.raises(Exception, match="simulated crash"):
-        main(["convert", str(src), str(dst), *args])
+    with pytest.raises(Exception, match="simulated crash"):  # counted in write order: one thread
+        main(["convert", str(src), str(dst), *args, "--direct_num_workers=1"])
     monkeypatch.undo()
     assert not (dst / "meta" / "manifest.json").exists()
     with pytest.raises(Exception, match="manifest"):

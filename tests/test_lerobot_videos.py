@@ -552,7 +552,8 @@ def test_unitree_episodes_with_av1_videos(tmp_path, capsys):
 
 def interrupted_convert(monkeypatch, argv: list[str], after: int = 2) -> None:
     """Run ``convert ARGV`` and crash it as its shard writer starts shard ``after + 1``: a run that
-    finished ``after`` shards and left its work behind, for a re-run to take over."""
+    finished ``after`` shards and left its work behind, for a re-run to take over. The crash
+    point is counted in write order, so this run writes on one thread."""
     import shardfeed.pipelines.convert as graph
 
     real_build_shard, calls = graph.build_shard, []
@@ -565,7 +566,7 @@ def interrupted_convert(monkeypatch, argv: list[str], after: int = 2) -> None:
 
     monkeypatch.setattr(graph, "build_shard", crash)
     with pytest.raises(Exception, match="simulated crash"):
-        main(["convert", *argv])
+        main(["convert", *argv, "--direct_num_workers=1"])
     monkeypatch.undo()
 
 

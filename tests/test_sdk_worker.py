@@ -89,3 +89,53 @@ def test_a_two_worker_convert_prints_no_beam_log_lines(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "converted 500 of 500 samples" in done.stdout
     assert done.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "cores", "added"),
+    [
+        ([], 2, ["--direct_running_mode=multi_threading", "--direct_num_workers=2"]),
+        ([], 64, ["--direct_running_mode=multi_threading", "--direct_num_workers=4"]),
+        ([], 1, []),  # one core: Beam's own in-memory default
+        (["--direct_num_workers=1"], 8, []),  # the user's choice stands
+        (["--direct_running_mode=multi_processing"], 8, []),
+    ],
+)
+def test_the_local_default_is_a_thread_per_core(args, cores, added):
+    from shardfeed.pipelines.runners import with_local_threads
+
+    assert with_local_threads(args, cores) == [*args, *added]
+
+
+def test_a_default_convert_runs_its_steps_on_threads(tmp_path, monkeypatch):
+    """The ``shardfeed`` command's default runs steps on more than one thread (on a machine
+    with at least two cores); the result is the same dataset as one thread's."""
+    import json
+    import threading
+
+    from shardfeed.cli.main import main
+    from shardfeed.pipelines import convert
+
+    monkeypatch.setattr("shardfeed.pipelines.runners.available_cores", lambda: 2)
+    scan = convert.scan_guessing
+    names = tmp_path / "threads.txt"
+
+    def spy(*args, **kwargs):  # pickled with the step, so it records in a file
+        with open(names, "a") as out:
+            out.write(threading.current_thread().name + "\n")
+        return scan(*args, **kwargs)
+
+    monkeypatch.setattr(convert, "scan_guessing", spy)
+    src = tmp_path / "src"
+    src.mkdir()
+    for k in range(4):
+        rows = (json.dumps({"text": f"doc {k}-{i} " * (i % 9)}) for i in range(400))
+        (src / f"{k}.jsonl").write_text("\n".join(rows) + "\n")
+    assert main(["convert", str(src), str(tmp_path / "threads"), "--no-progress"]) == 0
+    seen = set(names.read_text().split())
+    assert len(seen) == 2 and threading.main_thread().name not in seen
+    one = ["--direct_num_workers=1"]
+    assert main(["convert", str(src), str(tmp_path / "one"), "--no-progress", *one]) == 0
+    for path in sorted((tmp_path / "one").rglob("*")):
+        twin = tmp_path / "threads" / path.relative_to(tmp_path / "one")
+        assert path.is_dir() or path.read_bytes() == twin.read_bytes(), path

@@ -29,7 +29,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Convert SRC (a LeRobot v2.1/v3.0 dataset, an image folder, JSONL files, WebDataset tars, "
             "Parquet tables or TFRecord files of tf.train.Example) into a shardfeed "
-            "dataset at DST. Runs on Beam's in-process runner by default, with no network access. Any flag "
+            "dataset at DST. Runs on Beam's in-process runner by default, with no network access, "
+            "one thread per available core (at most 4; --direct_num_workers=1 for one). Any flag "
             "not listed here goes to Beam's PipelineOptions, e.g. --direct_running_mode=multi_processing "
             "--direct_num_workers=2, or --runner=dask."
         ),
@@ -204,43 +205,17 @@ def _quiet_imports():
         root.setLevel(level)
 
 
-#: Beam loggers that log a failing step's traceback before raising the same error to the driver
-BEAM_ERROR_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.worker.sdk_worker")
-
-
-class _DropTracebacks(logging.Filter):
-    """Drop log records that carry a traceback: the error reaches the driver and is printed
-    there in one line."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.exc_info is None and "Traceback (most recent call last)" not in str(
-            record.msg
-        )
-
-
-@contextlib.contextmanager
-def _errors_once():
-    """While the pipeline runs, a worker's failure is said once, by the driver."""
-    dropper = _DropTracebacks()
-    loggers = [logging.getLogger(name) for name in BEAM_ERROR_LOGGERS]
-    for logger in loggers:
-        logger.addFilter(dropper)
-    try:
-        yield
-    finally:
-        for logger in loggers:
-            logger.removeFilter(dropper)
-
-
 def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     try:
         with _quiet_imports():
             from shardfeed.pipelines.beam_import import import_beam, runs_locally
 
-            local = args.dask_address is None and args.dask_local_workers is None
-            import_beam(lean=local and runs_locally(beam_args))
+            dask = args.dask_address is not None or args.dask_local_workers is not None
+            in_process = not dask and runs_locally(beam_args)
+            import_beam(lean=in_process)
             from shardfeed.pipelines.driver import ConvertConfig, TooManyRejectsError, run_convert
-            from shardfeed.pipelines.runners import dask_args
+            from shardfeed.pipelines.runners import dask_args, with_local_threads
+            from shardfeed.pipelines.step_errors import errors_once
     except ImportError as err:
         if "apache_beam" in str(err) or "shardfeed[beam]" in str(err):
             return fail(BEAM_INSTALL_HINT)
@@ -291,10 +266,12 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         source_options=source_options,
         splits=splits,
     )
+    if in_process:  # the default: a thread per core (Beam's own default is one)
+        beam_args = with_local_threads(beam_args)
     try:
         with (
             dask_args(beam_args, args.dask_address, args.dask_local_workers) as runner_args,
-            _errors_once(),
+            errors_once(),
         ):
             summary = run_convert(config, runner_args)
     except TooManyRejectsError as err:

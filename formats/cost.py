@@ -36,7 +36,7 @@ else ``bytes``. Images come first because decoded pixels dwarf any caption next 
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -118,14 +118,15 @@ def text_tokens(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
 def image_pixels(column: pa.Array | pa.ChunkedArray, feature: Feature) -> np.ndarray:
     """width x height per value of an ``image`` column (nulls 0), as int64: from each image's
     header, else the feature's declared size (see the module docstring)."""
-    values = pc.struct_field(column, "bytes").to_pylist() if len(column) else []
-    valid = pc.is_valid(column).to_numpy(zero_copy_only=False) if len(column) else []
-    out = np.zeros(len(values), dtype=np.int64)
+    out = np.zeros(len(column), dtype=np.int64)
+    if not len(column):
+        return out
+    valid = pc.is_valid(column).to_numpy(zero_copy_only=False)
     declared = _declared_pixels(feature)
-    for row, (data, present) in enumerate(zip(values, valid, strict=True)):
+    for row, (view, present) in enumerate(zip(_values(column), valid, strict=True)):
         if not present:
             continue
-        pixels = _header_pixels(data) if data else None
+        pixels = _view_pixels(view) if len(view) else None
         if pixels is None:
             if declared is None:
                 raise CostError(
@@ -188,6 +189,40 @@ _KINDS: dict[str, CostFn] = {
     "frames": _frames,
     "bytes": _bytes,
 }
+
+
+#: Bytes of an image tried first for its size: a header in them settles it (the header reader
+#: answers on a prefix only when it saw everything up to the scan data, the answer it gives on the
+#: whole image); else the whole image is read
+HEAD_BYTES = 4096
+
+
+def _values(column: pa.Array | pa.ChunkedArray) -> Iterator[memoryview]:
+    """Each value of an image column's ``bytes`` field as a view of Arrow's buffer (null and
+    empty: an empty view), not a Python copy of every image."""
+    field = pc.struct_field(column, "bytes")
+    chunks = field.chunks if isinstance(field, pa.ChunkedArray) else [field]
+    for chunk in chunks:
+        if not len(chunk):
+            continue
+        wide = pa.types.is_large_binary(chunk.type) or pa.types.is_large_string(chunk.type)
+        _, offsets, data = chunk.buffers()
+        ends = np.frombuffer(offsets, np.int64 if wide else np.int32)
+        ends = ends[chunk.offset : chunk.offset + len(chunk) + 1]
+        view = memoryview(data) if data is not None else memoryview(b"")
+        starts = ends[:-1].tolist()
+        for a, b in zip(starts, ends[1:].tolist(), strict=True):
+            yield view[a:b]
+
+
+def _view_pixels(view: memoryview) -> int | None:
+    """:func:`_header_pixels` of an image, from its first :data:`HEAD_BYTES` when they hold its
+    header."""
+    if len(view) > HEAD_BYTES:
+        header = read_header(bytes(view[:HEAD_BYTES]))
+        if header is not None:
+            return header.width * header.height
+    return _header_pixels(bytes(view))
 
 
 def _header_pixels(data: bytes) -> int | None:

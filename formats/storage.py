@@ -13,6 +13,7 @@ import functools
 import itertools
 import os
 import posixpath
+import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -170,6 +171,16 @@ class Location:
     def _open_local(self, rel: str, field: str) -> int:
         """A read-only descriptor of local ``rel``: its directory resolved once and cached, the
         file itself opened with ``O_NOFOLLOW`` (a symlinked leaf is resolved in full)."""
+        try:
+            return os.open(self._local_leaf(rel, field), os.O_RDONLY | _O_NOFOLLOW)
+        except OSError as err:
+            if err.errno != errno.ELOOP:
+                raise
+            return os.open(self.path(rel, field), os.O_RDONLY)
+
+    def _local_leaf(self, rel: str, field: str) -> str:
+        """Local ``rel`` under its directory's checked real path (resolved once per directory);
+        the leaf itself is not resolved, so callers must not follow it if it is a symlink."""
         check_relative_path(rel, field)
         head, _, leaf = rel.rpartition("/")
         real_dir = self._real_dirs.get(head)
@@ -178,15 +189,24 @@ class Location:
             if head:
                 real_dir = resolve_within(self.root, head, field, real_root=self.real_root)
             self._real_dirs[head] = real_dir
-        try:
-            return os.open(os.path.join(real_dir, leaf), os.O_RDONLY | _O_NOFOLLOW)
-        except OSError as err:
-            if err.errno != errno.ELOOP:
-                raise
-            return os.open(self.path(rel, field), os.O_RDONLY)
+        return os.path.join(real_dir, leaf)
 
     def info(self, rel: str, field: str = "path") -> pafs.FileInfo:
         return self.filesystem.get_file_info(self.path(rel, field))
+
+    def size_and_mtime(self, rel: str, field: str = "path") -> tuple[int, int]:
+        """(size, mtime in ns) of file ``rel``; raises OSError if it is missing. Locally one
+        ``lstat`` under the cached directory (a symlinked leaf is resolved in full), with the escape
+        checks of :meth:`read_bytes`: a shard writer stamps every image it takes this way."""
+        if not self.is_local:
+            info = self.info(rel, field)
+            if info.type == pafs.FileType.NotFound:
+                raise FileNotFoundError(errno.ENOENT, "no such file", rel)
+            return int(info.size), int(info.mtime_ns)
+        st = os.lstat(self._local_leaf(rel, field))
+        if stat.S_ISLNK(st.st_mode):
+            st = os.stat(self.path(rel, field))
+        return st.st_size, st.st_mtime_ns
 
     def list_files(self, directory: str) -> list[str]:
         """Root-relative paths of all files under ``directory`` (recursive); [] if it is absent."""

@@ -140,6 +140,34 @@ def test_plain_jpeg_and_png_sizes_come_without_pillow(monkeypatch):
     assert len(opened) == 1  # the WebP
 
 
+def with_app_segment(jpeg: bytes, size: int) -> bytes:
+    """``jpeg`` with a COM segment of ``size`` bytes after SOI: its frame header moves past it."""
+    return jpeg[:2] + b"\xff\xfe" + (size + 2).to_bytes(2, "big") + b"c" * size + jpeg[2:]
+
+
+def test_sizes_read_from_arrow_buffers_equal_those_of_every_whole_image():
+    """The writer reads each image's header from a view of the column's buffer, at first only
+    its first HEAD_BYTES: a header further in (a long metadata segment), chunked and sliced
+    columns, nulls and empty values give what the whole images give."""
+    late = with_app_segment(encoded((33, 21), "JPEG"), 9000)  # frame header past 4 KiB
+    assert len(late) > 9000 and Image.open(io.BytesIO(late)).size == (33, 21)
+    cut = late[:5000]  # its header never arrives: unreadable, as a whole image
+    values = [late, encoded((7, 5)), None, b"", encoded((64, 48), "JPEG"), cut, encoded((9, 9))]
+    declared = Feature("img", "image", (2, 3, 3))
+    expected = [33 * 21, 35, 0, 6, 64 * 48, 6, 81]
+    whole = image_column(values)
+    assert image_pixels(whole, declared).tolist() == expected
+    chunked = pa.chunked_array([whole.slice(0, 3), whole.slice(3, 2), whole.slice(5)])
+    assert image_pixels(chunked, declared).tolist() == expected
+    assert image_pixels(whole.slice(4, 2), declared).tolist() == expected[4:6]
+    large = pa.array(
+        [None if v is None else {"bytes": v, "path": None} for v in values],
+        pa.struct([("bytes", pa.large_binary()), ("path", pa.string())]),
+    )
+    assert image_pixels(large, declared).tolist() == expected
+    assert image_pixels(whole.slice(0, 0), declared).tolist() == []
+
+
 def test_unreadable_images_take_their_declared_size_or_fail_clearly():
     junk = [b"not an image", b"", encoded((4, 4))[:10]]
     # (H, W, C): the first two dimensions

@@ -110,3 +110,25 @@ def test_read_ahead_closes_what_it_opened_when_abandoned(tree):
     assert len(os.listdir("/proc/self/fd")) == before + 2
     reads.close()
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_size_and_mtime_are_the_files_own_with_the_same_escape_checks(tree, tmp_path):
+    loc = locate(tree)
+    for rel, real in [
+        ("a/b/x.bin", tree / "a" / "b" / "x.bin"),
+        ("top.bin", tree / "top.bin"),
+        ("a/inside_link.bin", tree / "a" / "b" / "x.bin"),  # a symlinked leaf: its target's
+        ("dir_link/x.bin", tree / "a" / "b" / "x.bin"),
+    ]:
+        st = os.stat(real)
+        assert loc.size_and_mtime(rel) == (st.st_size, st.st_mtime_ns), rel
+    for rel in ("a/escape_link.bin", "a/escape_dir/secret.bin", "../outside/secret.bin"):
+        with pytest.raises(UnsafePathError):
+            loc.size_and_mtime(rel)
+    with pytest.raises(FileNotFoundError):
+        loc.size_and_mtime("a/b/nope.bin")
+    # a file swapped for an escaping symlink after its directory was cached
+    os.unlink(tree / "top.bin")
+    os.symlink(tmp_path / "outside" / "secret.bin", tree / "top.bin")
+    with pytest.raises(UnsafePathError):
+        loc.size_and_mtime("top.bin")

@@ -213,8 +213,8 @@ class ImageFolderSource:
         for ref in refs:
             rel = str(ref.locator[0])
             try:
-                info = self.location.info(rel, rel)
-                out.append(f"{rel}\0{info.size}\0{info.mtime_ns}")
+                size, mtime_ns = self.location.size_and_mtime(rel, rel)
+                out.append(f"{rel}\0{size}\0{mtime_ns}")
             except (OSError, ShardfeedError):
                 out.append(f"{rel}\0gone")
         return out

@@ -12,10 +12,12 @@ so every runner (in-process, Dask, Flink, ...) sees the same plain Map/GroupByKe
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import apache_beam as beam
@@ -316,14 +318,37 @@ def write_planned_shard(
     guard_worker()
     spec = spec or load_spec(config.work)
     local, parts = item  # the shard's number in this plan; a split's shards number on
-    number = config.shard_offset + local
     plan = load_plan(config.work)
+    large = plan.units[local] > LARGE_SHARD_UNITS
+    with _LARGE_SHARD if large else contextlib.nullcontext():
+        return _write_shard(local, parts, plan, source, spec, config)
+
+
+#: A shard writer's bookkeeping of its units (their table, sorted, and the inputs digest) peaks at
+#: about 300 bytes per unit: 290 MB for a shard of 1M tiny records. One process (the default
+#: runner's threads) writes at most one shard of more units than this at a time, so its memory stays
+#: that of one such shard (bench_memory's 10M-record run) while shards of fewer units overlap.
+LARGE_SHARD_UNITS = 1 << 18
+_LARGE_SHARD = threading.Lock()
+
+
+def _write_shard(
+    local: int,
+    parts: Iterable[tuple[str, int]],
+    plan: Plan,
+    source: SourceReader,
+    spec: FeatureSpec,
+    config: GraphConfig,
+) -> tuple[int, StatsState]:
+    """:func:`write_planned_shard` of shard ``local`` of ``plan``."""
+    number = config.shard_offset + local
     row_start = config.row_offset + plan.row_start[local]
     unit_start = config.unit_offset + plan.unit_start[local]
     groups = [read_unit_group(config.part("byshard", file, UNIT_SUFFIX), g) for file, g in parts]
     # shuffled: by stable key; source order: files() is sorted, so (file, position) is source order
     by = ["key", "file", "position"] if isinstance(plan, ShardPlan) else ["file", "position"]
     units = pa.concat_tables(groups)
+    del groups  # the sorted copy below replaces them (a 1M-unit shard's table is about 150 MB)
     units = units.take(pc.sort_indices(units, [(name, "ascending") for name in by]))
     spooled = units.column("spooled").to_numpy(zero_copy_only=False)
     needs_refs = not spooled.all() or hasattr(source, "write_videos")
@@ -404,12 +429,28 @@ def shard_inputs_digest(
     for name in ("position", "rows", "payload_bytes"):
         h.update(units.column(name).to_numpy().astype("<i8").tobytes())
     for name in ("file", "content_hash"):  # neither holds a newline
-        h.update("\n".join(units.column(name).to_pylist()).encode())
+        for part in _joined_lines(units.column(name)):
+            h.update(part)
         h.update(b"\0")
     if isinstance(source, StampedInputs):
         for line in source.input_stamps(refs):
             h.update(f"\n{line}".encode("utf-8", "surrogateescape"))
     return h.hexdigest()
+
+
+def _joined_lines(column: pa.ChunkedArray) -> Iterator[pa.Buffer | bytes]:
+    """A string column's values joined by newlines, as UTF-8 bytes in parts (one per chunk): an
+    Arrow call per chunk, not a Python string per unit (a 1M-row shard's two columns made 2M of
+    them, about 200 MB at once)."""
+    for k, chunk in enumerate(c for c in column.chunks if len(c)):
+        if k:
+            yield b"\n"
+        large = pa.types.is_large_string(chunk.type)
+        whole = (pa.LargeListArray if large else pa.ListArray).from_arrays(
+            pa.array([0, len(chunk)], pa.int64() if large else pa.int32()), chunk
+        )
+        newline = pa.scalar("\n", chunk.type)
+        yield pc.binary_join(whole, newline)[0].as_buffer()
 
 
 def reusable_outcome(dst: StorePath, sidecar: StorePath, inputs: str) -> ShardOutcome | None:

@@ -139,3 +139,47 @@ def test_a_default_convert_runs_its_steps_on_threads(tmp_path, monkeypatch):
     for path in sorted((tmp_path / "one").rglob("*")):
         twin = tmp_path / "threads" / path.relative_to(tmp_path / "one")
         assert path.is_dir() or path.read_bytes() == twin.read_bytes(), path
+
+
+@pytest.mark.parametrize("large", [True, False])
+def test_threads_write_one_large_shard_at_a_time(tmp_path, monkeypatch, large):
+    """A shard of many units costs its writer memory per unit; the default runner's threads
+    write at most one shard above ``LARGE_SHARD_UNITS`` at a time (bench_memory's 10M-record
+    run), while smaller shards are written side by side."""
+    import json
+    import threading
+    import time
+
+    from shardfeed.cli.main import main
+    from shardfeed.pipelines import convert
+
+    monkeypatch.setattr(convert, "LARGE_SHARD_UNITS", 10 if large else 10**9)
+    write = convert._write_shard
+    log = tmp_path / "writes.txt"
+
+    def spy(*args, **kwargs):
+        with open(log, "a") as out:
+            out.write(f"start {threading.get_ident()}\n")
+        time.sleep(0.3)  # a window for the other thread's shard
+        try:
+            return write(*args, **kwargs)
+        finally:
+            with open(log, "a") as out:
+                out.write(f"end {threading.get_ident()}\n")
+
+    monkeypatch.setattr(convert, "_write_shard", spy)
+    src = tmp_path / "src"
+    src.mkdir()
+    for k in range(4):
+        rows = (json.dumps({"text": f"doc {k}-{i} " * (1 + i % 5)}) for i in range(300))
+        (src / f"{k}.jsonl").write_text("\n".join(rows) + "\n")
+    threads = ["--direct_running_mode=multi_threading", "--direct_num_workers=2"]
+    dst = tmp_path / "dst"
+    assert main(["convert", str(src), str(dst), "--target-shard-size", "6KB", *threads]) == 0
+    events = log.read_text().split()[::2]
+    open_now = peak = 0
+    for event in events:
+        open_now += 1 if event == "start" else -1
+        peak = max(peak, open_now)
+    assert events.count("start") >= 4
+    assert peak == (1 if large else 2)

@@ -296,3 +296,24 @@ def test_the_documented_example_runs(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "1000 samples," in out
     assert verify_dataset(os.path.join(tmp_path, "out", "captions")).ok
+
+
+def test_a_shards_inputs_digest_joins_string_columns_as_python_would():
+    """The resume digest joins each unit's file and content hash in Arrow (no Python string
+    per unit); the bytes are those of ``"\\n".join`` over the values, so digests of interrupted
+    runs still match."""
+    import pyarrow as pa
+
+    from shardfeed.pipelines.convert import _joined_lines
+
+    columns = [
+        pa.chunked_array([pa.array(["a/b.jsonl", "c", "ü/ß.jsonl"])]),
+        pa.chunked_array([pa.array(["x"]), pa.array(["yy", "z"]).slice(1)]),
+        pa.chunked_array(
+            [pa.array([], pa.large_string()), pa.array(["q", "r"], pa.large_string())]
+        ),
+        pa.chunked_array([], pa.string()),
+    ]
+    for column in columns:
+        joined = b"".join(bytes(part) for part in _joined_lines(column))
+        assert joined == "\n".join(column.to_pylist()).encode()

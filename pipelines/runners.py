@@ -12,6 +12,7 @@ import contextlib
 import functools
 import json
 import logging
+import os
 from collections.abc import Iterator, Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
@@ -71,8 +72,6 @@ def with_local_threads(beam_args: Sequence[str], cores: int | None = None) -> li
 
 def available_cores() -> int:
     """Cores this process may run on (its CPU affinity, where the OS has one)."""
-    import os
-
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - macOS, Windows

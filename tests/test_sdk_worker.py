@@ -148,24 +148,29 @@ def test_threads_write_one_large_shard_at_a_time(tmp_path, monkeypatch, large):
     run), while smaller shards are written side by side."""
     import json
     import threading
-    import time
 
     from shardfeed.cli.main import main
     from shardfeed.pipelines import convert
 
     monkeypatch.setattr(convert, "LARGE_SHARD_UNITS", 10 if large else 10**9)
     write = convert._write_shard
-    log = tmp_path / "writes.txt"
+    seen = threading.Condition()  # the writer threads share this process's state
+    writes = {"active": 0, "peak": 0, "started": 0}
 
     def spy(*args, **kwargs):
-        with open(log, "a") as out:
-            out.write(f"start {threading.get_ident()}\n")
-        time.sleep(0.3)  # a window for the other thread's shard
+        with seen:
+            writes["active"] += 1
+            writes["started"] += 1
+            writes["peak"] = max(writes["peak"], writes["active"])
+            seen.notify_all()
+            # meet the other thread's shard when one may start beside this one (bounded: the
+            # last shard, or a large one holding the lock, meets none)
+            seen.wait_for(lambda: writes["active"] > 1, timeout=0.5)
         try:
             return write(*args, **kwargs)
         finally:
-            with open(log, "a") as out:
-                out.write(f"end {threading.get_ident()}\n")
+            with seen:
+                writes["active"] -= 1
 
     monkeypatch.setattr(convert, "_write_shard", spy)
     src = tmp_path / "src"
@@ -176,10 +181,5 @@ def test_threads_write_one_large_shard_at_a_time(tmp_path, monkeypatch, large):
     threads = ["--direct_running_mode=multi_threading", "--direct_num_workers=2"]
     dst = tmp_path / "dst"
     assert main(["convert", str(src), str(dst), "--target-shard-size", "6KB", *threads]) == 0
-    events = log.read_text().split()[::2]
-    open_now = peak = 0
-    for event in events:
-        open_now += 1 if event == "start" else -1
-        peak = max(peak, open_now)
-    assert events.count("start") >= 4
-    assert peak == (1 if large else 2)
+    assert writes["started"] >= 4
+    assert writes["peak"] == (1 if large else 2)

@@ -4,8 +4,13 @@
 (S3 through boto3, Azure Blob, GCS, HDFS), and its Google Cloud connectors. A local shardfeed run
 uses none of them: its files go through ``pyarrow.fs``. In an environment that also holds those clients (a mosaicml-streaming
 install brings Azure's and Google's) they cost about half a second of every command's start and
-of every ``multi_processing`` worker's (BENCHMARKS.md). (pandas, which Beam also imports when it
-is installed, is left alone: pyarrow imports it anyway on its first ``pa.array`` call.)
+of every ``multi_processing`` worker's (BENCHMARKS.md).
+
+pandas is the largest import left (about 0.4 s), and Beam takes it only because it is installed;
+pyarrow would import it anyway on its first ``pa.array`` call, and then never look again. So a
+process of its own (the ``shardfeed`` command, its workers) also runs *without* pandas (and
+MongoDB's client) from start to end: :func:`leave_out_unused_libraries`. A process that is not
+ours (a test, a notebook calling ``main()``) keeps them: another caller may need pandas later.
 
 Only the ``shardfeed`` command on the local runner, and the worker processes of such a run, take
 the lean import (:data:`LEAN_ENV`); a pipeline of the user's own imports Beam as Beam does.
@@ -14,6 +19,7 @@ the lean import (:data:`LEAN_ENV`); a pipeline of the user's own imports Beam as
 from __future__ import annotations
 
 import argparse
+import importlib.abc
 import os
 import sys
 from collections.abc import Sequence
@@ -33,6 +39,10 @@ SKIPPED = (
     "apache_beam.io.gcp.bigquery",
 )
 
+#: Libraries a local shardfeed process never uses that Beam (pandas: also pyarrow) imports when
+#: they are installed; each is tried inside ``except ImportError``. Top-level names.
+UNUSED_LIBRARIES = ("pandas", "pymongo", "bson")
+
 #: Runner names (lower-cased) that mean Beam's in-process runner
 LOCAL_RUNNER_NAMES = frozenset({"", "direct", "directrunner", "fnapirunner"})
 
@@ -45,10 +55,13 @@ def runs_locally(beam_args: Sequence[str]) -> bool:
     return known.runner.lower() in LOCAL_RUNNER_NAMES
 
 
-def import_beam(lean: bool) -> None:
+def import_beam(lean: bool, own_process: bool = False) -> None:
     """Import Beam, without :data:`SKIPPED` when ``lean`` (and mark the environment, so this
     process's worker processes do the same). Modules already imported stay; once Beam is in,
-    each skipped module can be imported again as usual (``import pandas`` works)."""
+    each skipped module can be imported again as usual. ``own_process`` (lean only): this process
+    runs shardfeed alone, so :data:`UNUSED_LIBRARIES` stay out of it to the end."""
+    if lean and own_process:
+        leave_out_unused_libraries()
     if not lean or "apache_beam" in sys.modules:
         import apache_beam
 
@@ -63,6 +76,28 @@ def import_beam(lean: bool) -> None:
         for name in blocked:
             if name in sys.modules and sys.modules[name] is None:
                 del sys.modules[name]
+
+
+class _LeftOut(importlib.abc.MetaPathFinder):
+    """Finds none of :data:`UNUSED_LIBRARIES`: importing one raises ``ModuleNotFoundError``, which
+    Beam and pyarrow take as "not installed". (A ``None`` in ``sys.modules`` would not do:
+    pyarrow's compiled import takes it for the module.)"""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name.partition(".")[0] in UNUSED_LIBRARIES:
+            raise ModuleNotFoundError(f"No module named {name!r} in a shardfeed process", name=name)
+        return None
+
+
+def leave_out_unused_libraries() -> bool:
+    """Keep :data:`UNUSED_LIBRARIES` out of this process from now on; False (and nothing done) when
+    one is already imported, or they are already kept out."""
+    if any(isinstance(finder, _LeftOut) for finder in sys.meta_path):
+        return False
+    if any(name in sys.modules for name in UNUSED_LIBRARIES):
+        return False
+    sys.meta_path.insert(0, _LeftOut())
+    return True
 
 
 def lean_worker() -> bool:

@@ -4,7 +4,7 @@
 ``shardfeed`` command takes (``shardfeed.cli.main.entry``): no cycle collection over Beam's object
 graph as the interpreter ends, which cost each worker about half a second after the last step.
 Importing ``shardfeed.pipelines`` only checks that Beam is installed, so this runs before Beam loads,
-and it loads lean (``beam_import.py``) when its driver did.
+and it loads lean (``beam_import.py``: also without pandas) when its driver did.
 
 When the harness returns, the runner has closed the control channel: every bundle's outputs were
 sent and every file a step wrote was closed and renamed inside that step.
@@ -28,7 +28,7 @@ def main() -> None:
     try:
         from shardfeed.pipelines.beam_import import import_beam, lean_worker
 
-        import_beam(lean=lean_worker())  # as its driver did
+        import_beam(lean=lean_worker(), own_process=True)  # as its driver did
         from apache_beam.runners.worker import sdk_worker_main
 
         from shardfeed.pipelines.step_errors import StderrWithoutTracebacks

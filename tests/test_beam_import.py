@@ -1,5 +1,6 @@
 """A local ``shardfeed convert`` imports Beam without the object-store filesystems it never uses
-(``pipelines/beam_import.py``), and so do the worker processes of such a run."""
+(``pipelines/beam_import.py``), and so do the worker processes of such a run; the command's own
+process also runs without pandas."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 pytest.importorskip("apache_beam")
 
-from shardfeed.pipelines.beam_import import LEAN_ENV, SKIPPED, runs_locally
+from shardfeed.pipelines.beam_import import LEAN_ENV, SKIPPED, UNUSED_LIBRARIES, runs_locally
 
 S3_FS = "apache_beam.io.aws.s3filesystem"
 
@@ -102,3 +103,61 @@ def test_a_local_convert_imports_beam_lean(tmp_path):
         """
     )
     assert found == {"code": 0, "s3": False, "env": "1"}
+
+
+PYARROW_WITHOUT_PANDAS = """
+    import io, json, sys
+    import pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq
+    table = pa.table({"n": pa.array([1, None, 3]), "s": pa.array(["a", "b", None])})
+    table = table.set_column(0, "n", pc.fill_null(table["n"], 0))  # pa.scalar: pyarrow's check
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="zstd")
+    rows = pq.read_table(io.BytesIO(sink.getvalue())).to_pylist()
+    try:
+        import pandas
+        refused = False
+    except ModuleNotFoundError:
+        refused = True
+    print(json.dumps({"pandas": "pandas" in sys.modules, "refused": refused, "rows": rows}))
+"""
+
+
+def test_an_own_lean_process_runs_without_pandas_and_pyarrow_still_works():
+    assert "pandas" in UNUSED_LIBRARIES
+    found = _python(
+        "from shardfeed.pipelines.beam_import import import_beam\n"
+        "import_beam(lean=True, own_process=True)\n" + textwrap.dedent(PYARROW_WITHOUT_PANDAS)
+    )
+    rows = [{"n": 1, "s": "a"}, {"n": 0, "s": "b"}, {"n": 3, "s": None}]
+    assert found == {"pandas": False, "refused": True, "rows": rows}
+
+
+@pytest.mark.parametrize("lean", [True, False])
+def test_a_shared_process_keeps_pandas(lean):
+    """``main()`` called by another program (a test, a notebook): pandas is not taken from it."""
+    import importlib.util
+
+    assert importlib.util.find_spec("pandas") is not None  # installed with Beam
+    found = _python(
+        "from shardfeed.pipelines.beam_import import import_beam\n"
+        f"import_beam(lean={lean})\n" + textwrap.dedent(PYARROW_WITHOUT_PANDAS)
+    )
+    assert found["pandas"] is True and found["refused"] is False
+
+
+def test_the_shardfeed_command_converts_without_pandas(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.jsonl").write_text("".join(json.dumps({"text": f"d{i}"}) + "\n" for i in range(50)))
+    args = ["convert", str(src), str(tmp_path / "dst"), "--no-progress"]
+    found = _python(
+        f"""
+        import atexit, json, sys
+        atexit.register(lambda: print(json.dumps({{"pandas": "pandas" in sys.modules}})))
+        from shardfeed.cli.main import entry
+        sys.argv = ["shardfeed", *{args!r}]
+        entry()
+        """
+    )
+    assert found == {"pandas": False}
+    assert (tmp_path / "dst" / "meta" / "info.json").exists()

@@ -44,10 +44,14 @@ def _s3_filesystem_loaded(_: object) -> str:
     return str("apache_beam.io.aws.s3filesystem" in sys.modules)
 
 
+def _pandas_loaded(_: object) -> str:
+    return f"pandas-{'pandas' in sys.modules}"
+
+
 @pytest.mark.parametrize("lean", [True, False])
 def test_workers_import_beam_lean_when_their_driver_did(tmp_path, monkeypatch, lean):
     """A lean driver (``beam_import.py``, the ``shardfeed`` command on the local runner) marks
-    the environment; its workers then leave Beam's object-store filesystems out too."""
+    the environment; its workers then leave Beam's object-store filesystems out too, and pandas."""
     from shardfeed.pipelines.beam_import import LEAN_ENV
 
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))  # workers import this module
@@ -61,10 +65,11 @@ def test_workers_import_beam_lean_when_their_driver_did(tmp_path, monkeypatch, l
             p
             | beam.Create(range(8))
             | beam.Reshuffle()
-            | beam.Map(_s3_filesystem_loaded)
+            | beam.FlatMap(lambda x: [_s3_filesystem_loaded(x), _pandas_loaded(x)])
             | beam.Map(lambda loaded: tmp_path.joinpath(loaded).write_text(loaded))
         )
-    assert sorted(path.name for path in tmp_path.iterdir()) == [str(not lean)]
+    names = sorted(path.name for path in tmp_path.iterdir())
+    assert names == [str(not lean), f"pandas-{not lean}"]
 
 
 def test_in_memory_runs_start_no_worker(tmp_path):

@@ -212,7 +212,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
 
             dask = args.dask_address is not None or args.dask_local_workers is not None
             in_process = not dask and runs_locally(beam_args)
-            import_beam(lean=in_process)
+            import_beam(lean=in_process, own_process=getattr(args, "own_process", False))
             from shardfeed.pipelines.driver import ConvertConfig, TooManyRejectsError, run_convert
             from shardfeed.pipelines.runners import dask_args, with_local_threads
             from shardfeed.pipelines.step_errors import errors_once

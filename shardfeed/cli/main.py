@@ -73,9 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, own_process: bool = False) -> int:
+    """Run one ``shardfeed`` command; its exit code. ``own_process``: this process runs nothing
+    else (the command itself, :func:`entry`), so it may leave unused libraries out."""
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
+    args.own_process = own_process
     if not getattr(args, "run", None):
         parser.print_help()
         return 2
@@ -129,7 +132,7 @@ def entry() -> None:
     graph, and that pass over it took about 0.35 s of every command that imported Beam.
     Everything a command writes is closed and synced before it returns; modules are still torn
     down, standard streams flushed and ``atexit`` handlers run as usual."""
-    code = main()
+    code = main(own_process=True)
     gc.disable()
     gc.freeze()
     sys.exit(code)

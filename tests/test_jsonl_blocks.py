@@ -18,7 +18,10 @@ from shardfeed.formats.sources.jsonl_blocks import (
     Block,
     BlockTyper,
     KindCounts,
+    _has_bom,
+    _newlines,
     _trusted_read,
+    _valid_utf8,
     count_kinds,
     inferred_read,
     iter_block_lines,
@@ -290,3 +293,49 @@ def test_an_inferred_reading_is_typed_without_a_second_parse() -> None:
     explicit, inferred, slow = _all_paths([json.dumps(r).encode() for r in big])
     assert inferred is None and explicit is not None
     _same(explicit, slow)
+
+
+_UTF8_EDGES = [
+    b"\xed\xa0\x80",  # a surrogate
+    b"\xed\x9f\xbf",  # the last code point before them
+    b"\xc0\xaf",  # overlong
+    b"\xe0\x80\xaf",
+    b"\xf4\x90\x80\x80",  # past U+10FFFF
+    b"\xf4\x8f\xbf\xbf",
+    b"\xe2\x82",  # cut short
+    b"\xff",
+    b"\xef\xbb\xbf",
+    b"\xf0\x9f\x98\x80",
+]
+# mostly valid text with a few stray bytes, so both answers are common
+_TEXTISH = st.lists(
+    st.one_of(
+        st.text(max_size=6).map(str.encode), st.sampled_from(_UTF8_EDGES), st.binary(max_size=3)
+    ),
+    max_size=8,
+).map(b"".join)
+
+
+def _python_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+@settings(max_examples=400, deadline=None)
+@given(_TEXTISH)
+def test_the_block_checks_agree_with_pythons(data: bytes) -> None:
+    """UTF-8 validity, a byte-order mark anywhere and the newline count, as the block reader
+    computes them without the GIL, are Python's own answers."""
+    assert _valid_utf8(data) is _python_utf8(data)
+    assert _has_bom(data) is (b"\xef\xbb\xbf" in data)
+    assert _newlines(data + b"\n\n") == data.count(b"\n") + 2
+
+
+def test_the_utf8_check_refuses_what_pythons_decoder_refuses() -> None:
+    for edge in _UTF8_EDGES:
+        for data in (edge, b"abc" + edge, edge + b"xyz"):
+            assert _valid_utf8(data) is _python_utf8(data), data
+    assert _has_bom(b"") is False and _has_bom(b"\xef\xbb") is False and _has_bom(b"x\xef\xbb\xbf")

@@ -112,6 +112,56 @@ def test_the_local_default_is_a_thread_per_core(args, cores, added):
     assert with_local_threads(args, cores) == [*args, *added]
 
 
+@pytest.mark.parametrize(
+    ("args", "added"),
+    [
+        ([], ["--no_pipeline_type_check"]),
+        (["--pipeline_type_check"], []),  # the user's choice stands
+        (["--no_pipeline_type_check"], []),
+    ],
+)
+def test_the_command_builds_its_graph_without_type_checks(args, added):
+    from shardfeed.pipelines.runners import without_graph_type_checks
+
+    assert without_graph_type_checks(args) == [*args, *added]
+
+
+def test_a_convert_without_type_checks_writes_the_same_bytes(tmp_path, monkeypatch):
+    """On the local runner the ``convert`` command skips Beam's construction-time type checks (its
+    tests build the graph with them on, as ``--pipeline_type_check`` does here); the dataset is
+    byte-identical."""
+    import json
+
+    from apache_beam.transforms import ptransform
+
+    from shardfeed.cli.main import main
+
+    checks = []
+    check = ptransform.PTransform.type_check_inputs
+
+    def counted(self, *args, **kwargs):
+        checks.append(self.label)
+        return check(self, *args, **kwargs)
+
+    monkeypatch.setattr(ptransform.PTransform, "type_check_inputs", counted)
+    src = tmp_path / "src"
+    src.mkdir()
+    for k in range(3):
+        rows = (json.dumps({"text": f"doc {k}-{i} " * (i % 7), "n": i}) for i in range(300))
+        (src / f"{k}.jsonl").write_text("\n".join(rows) + "\n")
+    base = ["--no-progress", "--target-shard-size", "20KB"]
+    assert main(["convert", str(src), str(tmp_path / "default"), *base]) == 0
+    assert checks == []
+    on = [*base, "--pipeline_type_check"]
+    assert main(["convert", str(src), str(tmp_path / "checked"), *on]) == 0
+    assert len(checks) > 10
+    files = sorted(p for p in (tmp_path / "checked").rglob("*") if p.is_file())
+    assert len(files) > 4
+    for path in files:
+        twin = tmp_path / "default" / path.relative_to(tmp_path / "checked")
+        assert path.read_bytes() == twin.read_bytes(), path
+
+
 def test_a_default_convert_runs_its_steps_on_threads(tmp_path, monkeypatch):
     """The ``shardfeed`` command's default runs steps on more than one thread (on a machine
     with at least two cores); the result is the same dataset as one thread's."""

@@ -214,7 +214,11 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
             in_process = not dask and runs_locally(beam_args)
             import_beam(lean=in_process, own_process=getattr(args, "own_process", False))
             from shardfeed.pipelines.driver import ConvertConfig, TooManyRejectsError, run_convert
-            from shardfeed.pipelines.runners import dask_args, with_local_threads
+            from shardfeed.pipelines.runners import (
+                dask_args,
+                with_local_threads,
+                without_graph_type_checks,
+            )
             from shardfeed.pipelines.step_errors import errors_once
     except ImportError as err:
         if "apache_beam" in str(err) or "shardfeed[beam]" in str(err):
@@ -267,7 +271,7 @@ def run(args: argparse.Namespace, beam_args: list[str]) -> int:
         splits=splits,
     )
     if in_process:  # the default: a thread per core (Beam's own default is one)
-        beam_args = with_local_threads(beam_args)
+        beam_args = without_graph_type_checks(with_local_threads(beam_args))
     try:
         with (
             dask_args(beam_args, args.dask_address, args.dask_local_workers) as runner_args,

@@ -88,11 +88,16 @@ def test_a_full_import_keeps_beams_filesystems():
     assert full["s3"] is True and S3_FS in full["loaded"] and full["env"] is None
 
 
-def test_a_local_convert_imports_beam_lean(tmp_path):
+def _convert_args(tmp_path) -> list[str]:
+    """``convert`` arguments for a small JSONL source made under ``tmp_path``."""
     src = tmp_path / "src"
     src.mkdir()
     (src / "a.jsonl").write_text("".join(json.dumps({"text": f"d{i}"}) + "\n" for i in range(50)))
-    args = ["convert", str(src), str(tmp_path / "dst"), "--no-progress"]
+    return ["convert", str(src), str(tmp_path / "dst"), "--no-progress"]
+
+
+def test_a_local_convert_imports_beam_lean(tmp_path):
+    args = _convert_args(tmp_path)
     found = _python(
         f"""
         import json, os, sys
@@ -148,10 +153,7 @@ def test_a_shared_process_keeps_pandas(lean):
 
 
 def test_the_shardfeed_command_converts_without_pandas(tmp_path):
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "a.jsonl").write_text("".join(json.dumps({"text": f"d{i}"}) + "\n" for i in range(50)))
-    args = ["convert", str(src), str(tmp_path / "dst"), "--no-progress"]
+    args = _convert_args(tmp_path)
     found = _python(
         f"""
         import atexit, json, sys

@@ -89,15 +89,13 @@ class _LeftOut(importlib.abc.MetaPathFinder):
         return None
 
 
-def leave_out_unused_libraries() -> bool:
-    """Keep :data:`UNUSED_LIBRARIES` out of this process from now on; False (and nothing done) when
-    one is already imported, or they are already kept out."""
+def leave_out_unused_libraries() -> None:
+    """Keep :data:`UNUSED_LIBRARIES` out of this process from now on; nothing is done when one is
+    already imported, or they are already kept out."""
     if any(isinstance(finder, _LeftOut) for finder in sys.meta_path):
-        return False
-    if any(name in sys.modules for name in UNUSED_LIBRARIES):
-        return False
-    sys.meta_path.insert(0, _LeftOut())
-    return True
+        return
+    if not any(name in sys.modules for name in UNUSED_LIBRARIES):
+        sys.meta_path.insert(0, _LeftOut())
 
 
 def lean_worker() -> bool:

@@ -13,11 +13,14 @@ import functools
 import json
 import logging
 import os
+import shlex
+import sys
 from collections.abc import Iterator, Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.runner import PipelineRunner
 
+from shardfeed.pipelines import worker_forks
 from shardfeed.pipelines.beam_import import LOCAL_RUNNER_NAMES
 from shardfeed.pipelines.step_errors import ERROR_LOGGERS
 from shardfeed.pipelines.worker_guard import mark_driver
@@ -118,17 +121,24 @@ def _local_runner(options: PipelineOptions) -> PipelineRunner:
     return _local_runner_class()(provision_info=provision)
 
 
+def worker_command() -> str:
+    """The shell command of each ``multi_processing`` worker: a client of the fork server while
+    one serves this process (``worker_forks.py``), else a new interpreter running
+    :data:`WORKER_MODULE`."""
+    if os.environ.get(worker_forks.SERVER_ENV):
+        return f"{shlex.quote(sys.executable)} -I -S {shlex.quote(str(worker_forks.CLIENT))}"
+    return f"{shlex.quote(sys.executable)} -m {WORKER_MODULE}"
+
+
 @functools.cache
 def _local_runner_class() -> type:
-    """Beam's in-process runner whose ``multi_processing`` workers run :data:`WORKER_MODULE`."""
-    import sys
-
+    """Beam's in-process runner whose ``multi_processing`` workers run :func:`worker_command`."""
     from apache_beam.runners.portability.fn_api_runner import fn_runner
     from apache_beam.transforms import environments
 
     class LocalRunner(fn_runner.FnApiRunner):
         """FnApiRunner; the subprocess environment it picks for ``multi_processing`` is
-        replaced with one running our worker module (same harness, quicker exit)."""
+        replaced with one running :func:`worker_command` (same harness, quicker start and exit)."""
 
         @property
         def _default_environment(self) -> environments.Environment:
@@ -137,7 +147,7 @@ def _local_runner_class() -> type:
         @_default_environment.setter
         def _default_environment(self, environment: environments.Environment) -> None:
             if isinstance(environment, environments.SubprocessSDKEnvironment):
-                command = f"{sys.executable} -m {WORKER_MODULE}"
+                command = worker_command()
                 environment = environments.SubprocessSDKEnvironment.from_command_string(command)
             self._environment = environment
 

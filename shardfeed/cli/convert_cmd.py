@@ -206,12 +206,21 @@ def _quiet_imports():
 
 
 def run(args: argparse.Namespace, beam_args: list[str]) -> int:
+    with contextlib.ExitStack() as stack:
+        return _run(args, beam_args, stack)
+
+
+def _run(args: argparse.Namespace, beam_args: list[str], stack: contextlib.ExitStack) -> int:
     try:
         with _quiet_imports():
+            from shardfeed.pipelines import worker_forks
             from shardfeed.pipelines.beam_import import import_beam, runs_locally
 
             dask = args.dask_address is not None or args.dask_local_workers is not None
             in_process = not dask and runs_locally(beam_args)
+            # worker processes, if asked for, import while this process does
+            forks = in_process and worker_forks.wants_worker_processes(beam_args)
+            stack.enter_context(worker_forks.serving(forks, lean=in_process))
             import_beam(lean=in_process, own_process=getattr(args, "own_process", False))
             from shardfeed.pipelines.driver import ConvertConfig, TooManyRejectsError, run_convert
             from shardfeed.pipelines.runners import (

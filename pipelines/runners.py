@@ -125,9 +125,12 @@ def worker_command() -> str:
     """The shell command of each ``multi_processing`` worker: a client of the fork server while
     one serves this process (``worker_forks.py``), else a new interpreter running
     :data:`WORKER_MODULE`."""
+    python = shlex.quote(sys.executable)
     if os.environ.get(worker_forks.SERVER_ENV):
-        return f"{shlex.quote(sys.executable)} -I -S {shlex.quote(str(worker_forks.CLIENT))}"
-    return f"{shlex.quote(sys.executable)} -m {WORKER_MODULE}"
+        return (
+            f"{worker_forks.WITHOUT_CTRL_C} {python} -I -S {shlex.quote(str(worker_forks.CLIENT))}"
+        )
+    return f"{worker_forks.WITHOUT_CTRL_C} {python} -m {WORKER_MODULE}"
 
 
 @functools.cache

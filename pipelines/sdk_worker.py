@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import signal
 import sys
 
 
@@ -49,6 +50,9 @@ def run_harness(argv: list[str]) -> None:
 
 
 def main() -> None:
+    # Started with Ctrl-C ignored (worker_forks.WITHOUT_CTRL_C); from here it ends the process
+    # without a word, as in the driver's other workers (the driver says "interrupted")
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     prepare()
     run_harness(sys.argv)
     gc.disable()

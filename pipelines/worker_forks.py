@@ -44,6 +44,12 @@ PARENT_ENV = "SHARDFEED_WORKER_FORKS_PARENT"
 HEADER = struct.Struct("!Q")
 #: Most bytes of one request's environment (Beam's pipeline options are a few KB)
 MAX_REQUEST_BYTES = 16 * 2**20
+#: The start of a shell command that runs a program with Ctrl-C ignored from its first
+#: instruction (Python then leaves SIGINT ignored, where it would raise KeyboardInterrupt and
+#: print a traceback). Ctrl-C reaches the whole process group: the driver says "interrupted";
+#: the fork server ignores it, and a worker and its client restore the default, dying of it
+#: without a word. ``exec``: the shell is replaced, its process id stays.
+WITHOUT_CTRL_C = "trap '' INT; exec"
 #: Seconds the server gets to wait for its workers at the end of a run
 STOP_SECONDS = 10.0
 _PR_SET_PDEATHSIG = 1
@@ -82,7 +88,7 @@ def serving(enabled: bool, lean: bool) -> Iterator[int | None]:
 
         env[LEAN_ENV] = "1"
     server = subprocess.Popen(
-        [sys.executable, "-m", __name__],
+        ["/bin/sh", "-c", f'{WITHOUT_CTRL_C} "$0" -m {__name__}', sys.executable],
         env=env,
         pass_fds=(listener.fileno(),),
         stdin=subprocess.DEVNULL,
@@ -151,6 +157,7 @@ def _run_worker(conn: socket.socket, server: int) -> None:
     send the client the exit status."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # a step's own subprocesses are waited for
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # WITHOUT_CTRL_C
     _die_with_parent(server)
     environ = _receive(conn)
     os.environ.clear()

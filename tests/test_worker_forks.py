@@ -4,6 +4,7 @@ command, end with the run, and die with their driver."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -221,3 +222,66 @@ def test_the_convert_command_forks_its_workers_only_for_multi_processing(tmp_pat
 
     forked = files(tmp_path / "forked")
     assert len(forked) > 1 and forked == files(tmp_path / "new") == files(tmp_path / "threads")
+
+
+@pytest.mark.parametrize("forked", [True, False])
+def test_ctrl_c_during_a_two_worker_run_ends_it_in_one_line(tmp_path, forked):
+    """Ctrl-C reaches the whole process group: the driver says "interrupted" once; the fork
+    server, the worker commands and the workers leave it to the driver, which ends the workers
+    as it unwinds, leaving no process behind."""
+    import json
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for f in range(4):
+        lines = (json.dumps({"text": f"document {f}-{i} " * 20}) for i in range(20_000))
+        (src / f"{f}.jsonl").write_text("\n".join(lines) + "\n")
+    command = [sys.executable, "-m", "shardfeed.cli.main", "convert", str(src)]
+    command += [str(tmp_path / "dst"), "--no-progress", *WORKERS]
+    env = dict(os.environ) if forked else dict(os.environ, **{worker_forks.SERVER_ENV: ""})
+    run = subprocess.Popen(
+        command, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # until two workers run (forked: the server and a worker it forked)
+            workers = [p for p in _descendants(run.pid) if _is_worker(_cmdline(p))]
+            if len(workers) >= 2:
+                break
+            assert run.poll() is None and time.monotonic() < deadline, "no worker started"
+            time.sleep(0.05)
+        time.sleep(0.5)
+        os.killpg(run.pid, signal.SIGINT)
+        _, err = run.communicate(timeout=120)
+        deadline = time.monotonic() + 10
+        while _group_alive(run.pid):
+            assert time.monotonic() < deadline, "a process of the run outlived it"
+            time.sleep(0.05)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.pid, signal.SIGKILL)
+    assert run.returncode == 130, err
+    assert err.strip() == "shardfeed: error: interrupted", err
+    assert not (tmp_path / "dst" / "meta" / "shardfeed" / "manifest.json").exists()
+
+
+def _descendants(pid: int) -> list[int]:
+    children = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):  # a thread's children are listed under it
+        with contextlib.suppress(OSError):
+            children += [int(c) for c in (task / "children").read_text().split()]
+    return [*children, *(d for c in children for d in _descendants(c))]
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _is_worker(cmdline: str) -> bool:
+    return (
+        "shardfeed.pipelines.worker_forks" in cmdline or "shardfeed.pipelines.sdk_worker" in cmdline
+    )

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import gc
 import logging
-import signal
+import os
 import sys
+
+from shardfeed.pipelines.worker_guard import die_with_parent
 
 
 def prepare() -> None:
@@ -50,9 +52,8 @@ def run_harness(argv: list[str]) -> None:
 
 
 def main() -> None:
-    # Started with Ctrl-C ignored (worker_forks.WITHOUT_CTRL_C); from here it ends the process
-    # without a word, as in the driver's other workers (the driver says "interrupted")
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    # started with Ctrl-C ignored (worker_forks.WITHOUT_CTRL_C); it ends with its driver
+    die_with_parent(os.getppid())
     prepare()
     run_harness(sys.argv)
     gc.disable()

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import signal
 import sys
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, TextIO
 
 #: Beam loggers that log a failing step's traceback before the same error reaches the driver
@@ -52,22 +50,6 @@ class StderrWithoutTracebacks:
         return getattr(self._stream, name)
 
 
-#: What Beam's thread that waits for a worker command raises when Ctrl-C ended the command
-#: (it dies of SIGINT: ``worker_forks.WITHOUT_CTRL_C``); the driver says "interrupted" itself
-WORKER_INTERRUPTED = f"Worker subprocess exited with return code {-signal.SIGINT}"
-
-
-def _quiet_about_interrupted_workers(hook: Callable[[Any], object]) -> Callable[[Any], object]:
-    """``hook`` (a ``threading.excepthook``) except for a worker command that Ctrl-C ended."""
-
-    def excepthook(args: Any) -> object:
-        if isinstance(args.exc_value, RuntimeError) and str(args.exc_value) == WORKER_INTERRUPTED:
-            return None
-        return hook(args)
-
-    return excepthook
-
-
 @contextlib.contextmanager
 def errors_once() -> Iterator[None]:
     """While a pipeline runs here, Beam's own copies of a failing step's traceback (its logs,
@@ -76,12 +58,11 @@ def errors_once() -> Iterator[None]:
     loggers = [logging.getLogger(name) for name in ERROR_LOGGERS]
     for logger in loggers:
         logger.addFilter(dropper)
-    stderr, hook = sys.stderr, threading.excepthook
+    stderr = sys.stderr
     sys.stderr = StderrWithoutTracebacks(stderr)  # type: ignore[assignment]
-    threading.excepthook = _quiet_about_interrupted_workers(hook)
     try:
         yield
     finally:
-        sys.stderr, threading.excepthook = stderr, hook
+        sys.stderr = stderr
         for logger in loggers:
             logger.removeFilter(dropper)

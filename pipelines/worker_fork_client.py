@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import struct
 import sys
@@ -19,7 +18,6 @@ WORKER_LOST = 255
 
 
 def main() -> int:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)  # worker_forks.WITHOUT_CTRL_C
     request = json.dumps(dict(os.environ)).encode()
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         try:

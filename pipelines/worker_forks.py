@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import json
 import os
 import secrets
@@ -30,6 +29,8 @@ import threading
 import traceback
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+
+from shardfeed.pipelines.worker_guard import die_with_parent
 
 #: The environment variable naming the server's (abstract) socket; Beam's runner passes it on to each
 #: worker command, and ``runners.py`` picks :data:`CLIENT` as that command while it is set
@@ -46,13 +47,12 @@ HEADER = struct.Struct("!Q")
 MAX_REQUEST_BYTES = 16 * 2**20
 #: The start of a shell command that runs a program with Ctrl-C ignored from its first
 #: instruction (Python then leaves SIGINT ignored, where it would raise KeyboardInterrupt and
-#: print a traceback). Ctrl-C reaches the whole process group: the driver says "interrupted";
-#: the fork server ignores it, and a worker and its client restore the default, dying of it
-#: without a word. ``exec``: the shell is replaced, its process id stays.
+#: print a traceback). Ctrl-C reaches the whole process group: the driver alone acts on it
+#: (``runners.exit_on_ctrl_c``), and its worker processes end with it. ``exec``: the shell is
+#: replaced, its process id stays.
 WITHOUT_CTRL_C = "trap '' INT; exec"
 #: Seconds the server gets to wait for its workers at the end of a run
 STOP_SECONDS = 10.0
-_PR_SET_PDEATHSIG = 1
 
 
 def wants_worker_processes(beam_args: Sequence[str]) -> bool:
@@ -110,7 +110,7 @@ def serving(enabled: bool, lean: bool) -> Iterator[int | None]:
 def serve(listener: socket.socket, parent: int) -> None:
     """Import what workers run, then fork one worker per connection, until killed (or until
     ``parent`` ends)."""
-    _die_with_parent(parent)
+    die_with_parent(parent)
     from shardfeed.pipelines import sdk_worker
 
     sdk_worker.prepare()
@@ -157,8 +157,7 @@ def _run_worker(conn: socket.socket, server: int) -> None:
     send the client the exit status."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # a step's own subprocesses are waited for
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_DFL)  # WITHOUT_CTRL_C
-    _die_with_parent(server)
+    die_with_parent(server)
     environ = _receive(conn)
     os.environ.clear()
     os.environ.update(environ)
@@ -210,15 +209,6 @@ def _end_with_client(conn: socket.socket) -> None:
         while conn.recv(1):
             pass
     os._exit(1)
-
-
-def _die_with_parent(parent: int) -> None:
-    """Have the kernel kill this process when its parent ``parent`` ends (Linux
-    ``PR_SET_PDEATHSIG``)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:  # it ended before the call
-        os._exit(1)
 
 
 def main() -> None:

@@ -12,12 +12,16 @@ that never ran a shardfeed step has no watch, and never wrote anything either.
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
+import sys
 import threading
 import time
 
 DRIVER_ENV = "SHARDFEED_DRIVER"
 POLL_SECONDS = 0.5
+_PR_SET_PDEATHSIG = 1
 
 _guarded = False
 _lock = threading.Lock()
@@ -83,3 +87,14 @@ def process_start(pid: int) -> str:
         return ""
     fields = stat.rpartition(")")[2].split()  # the command name may hold spaces or parentheses
     return fields[19] if len(fields) > 19 else ""
+
+
+def die_with_parent(parent: int) -> None:
+    """Have the kernel kill this process when its parent, ``parent``, ends (Linux
+    ``PR_SET_PDEATHSIG``); exit now when it has already ended. Elsewhere, nothing."""
+    if sys.platform != "linux":  # pragma: no cover
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # it ended before the call
+        os._exit(1)

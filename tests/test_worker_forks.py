@@ -226,9 +226,9 @@ def test_the_convert_command_forks_its_workers_only_for_multi_processing(tmp_pat
 
 @pytest.mark.parametrize("forked", [True, False])
 def test_ctrl_c_during_a_two_worker_run_ends_it_in_one_line(tmp_path, forked):
-    """Ctrl-C reaches the whole process group: the driver says "interrupted" once; the fork
-    server, the worker commands and the workers leave it to the driver, which ends the workers
-    as it unwinds, leaving no process behind."""
+    """Ctrl-C reaches the whole process group: the driver says "interrupted" once and exits
+    130; the fork server, the worker commands and the workers ignore it and end with the
+    driver, leaving no process behind and no manifest."""
     import json
 
     src = tmp_path / "src"

@@ -8,6 +8,7 @@ import sys
 from typing import Any, TextIO
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as shells report it
 
 
 def add_break_lease(parser: argparse.ArgumentParser, what: str = "the dataset's") -> None:

@@ -5,11 +5,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 
 from shardfeed import BEAM_INSTALL_HINT
 from shardfeed.cli._common import (
     EXIT_FAILED,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
     add_break_lease,
@@ -205,6 +210,31 @@ def _quiet_imports():
         root.setLevel(level)
 
 
+@contextlib.contextmanager
+def _ctrl_c_ends_at_once(enabled: bool) -> Iterator[None]:
+    """While a local run with worker processes goes on, Ctrl-C ends this process at once, in
+    one line and exit status 130, as a kill would (the dataset is left as a killed run leaves
+    it: the next run resumes it). Unwinding instead, Beam's teardown waits for each worker and
+    its threads print a traceback per broken connection. The worker processes ignore Ctrl-C
+    and end with this process (``worker_forks.WITHOUT_CTRL_C``)."""
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupted(signum: int, frame: object) -> None:
+        fail("interrupted", EXIT_INTERRUPTED)
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(EXIT_INTERRUPTED)
+
+    previous = signal.signal(signal.SIGINT, interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def run(args: argparse.Namespace, beam_args: list[str]) -> int:
     with contextlib.ExitStack() as stack:
         return _run(args, beam_args, stack)
@@ -219,8 +249,9 @@ def _run(args: argparse.Namespace, beam_args: list[str], stack: contextlib.ExitS
             dask = args.dask_address is not None or args.dask_local_workers is not None
             in_process = not dask and runs_locally(beam_args)
             # worker processes, if asked for, import while this process does
-            forks = in_process and worker_forks.wants_worker_processes(beam_args)
-            stack.enter_context(worker_forks.serving(forks, lean=in_process))
+            processes = in_process and worker_forks.wants_worker_processes(beam_args)
+            stack.enter_context(_ctrl_c_ends_at_once(processes))
+            stack.enter_context(worker_forks.serving(processes, lean=in_process))
             import_beam(lean=in_process, own_process=getattr(args, "own_process", False))
             from shardfeed.pipelines.driver import ConvertConfig, TooManyRejectsError, run_convert
             from shardfeed.pipelines.runners import (

@@ -24,7 +24,7 @@ from shardfeed.cli import (
     verify_cmd,
     warm_cmd,
 )
-from shardfeed.cli._common import EXIT_FAILED, fail
+from shardfeed.cli._common import EXIT_FAILED, EXIT_INTERRUPTED, fail
 from shardfeed.formats import retry, writer_lease
 from shardfeed.schemas.errors import ShardfeedError
 
@@ -96,7 +96,7 @@ def main(argv: Sequence[str] | None = None, own_process: bool = False) -> int:
     except (OSError, KeyError, pa.ArrowException) as err:
         return fail(f"{type(err).__name__}: {err}")
     except KeyboardInterrupt:
-        return fail("interrupted", 130)
+        return fail("interrupted", EXIT_INTERRUPTED)
 
 
 @contextlib.contextmanager

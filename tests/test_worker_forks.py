@@ -17,10 +17,9 @@ import pytest
 
 beam = pytest.importorskip("apache_beam")
 
-from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 
 from shardfeed.pipelines import worker_fork_client, worker_forks  # noqa: E402
-from shardfeed.pipelines.runners import make_runner, worker_command  # noqa: E402
+from shardfeed.pipelines.runners import worker_command  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not worker_forks.supported(), reason="Linux only")
 
@@ -51,16 +50,9 @@ def _report(_: object) -> str:
 
 
 def _run(out: Path) -> set[str]:
-    options = PipelineOptions(WORKERS)
-    with beam.Pipeline(runner=make_runner(options), options=options) as p:
-        _ = (
-            p
-            | beam.Create(range(8))
-            | beam.Reshuffle()
-            | beam.Map(_report)
-            | beam.Map(lambda said: out.joinpath(said.replace(" ", "_")).write_text(said))
-        )
-    return {path.read_text() for path in out.iterdir()}
+    from worker_reports import reports_from_workers
+
+    return reports_from_workers(WORKERS, _report, out)
 
 
 @pytest.mark.parametrize(
@@ -250,7 +242,7 @@ def test_ctrl_c_during_a_two_worker_run_ends_it_in_one_line(tmp_path, forked):
                 break
             assert run.poll() is None and time.monotonic() < deadline, "no worker started"
             time.sleep(0.05)
-        time.sleep(0.5)
+        time.sleep(0.5)  # into the run: the workers have bundles in hand, not only a socket
         os.killpg(run.pid, signal.SIGINT)
         _, err = run.communicate(timeout=120)
         deadline = time.monotonic() + 10

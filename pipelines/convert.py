@@ -72,6 +72,7 @@ from shardfeed.pipelines.spool_stage import (
     spools,
     unit_keys,
 )
+from shardfeed.pipelines.spread import Spread
 from shardfeed.pipelines.stats_combine import MergeShardStats, StatsState, save_merged_stats
 from shardfeed.pipelines.worker_guard import guard_worker
 from shardfeed.planning.shard_plan import ContiguousPlan, ShardPlan, buckets_of, hot_buckets
@@ -519,9 +520,7 @@ class InferSchema(beam.PTransform):
 
     def expand(self, files: beam.PCollection) -> beam.PCollection:
         return (
-            files
-            | "Spread" >> beam.Reshuffle()
-            | "Infer" >> beam.Map(infer_file, self.source, self.config)
+            files | "Spread" >> Spread() | "Infer" >> beam.Map(infer_file, self.source, self.config)
         )
 
 
@@ -535,7 +534,7 @@ class ScanFiles(beam.PTransform):
     def expand(self, files: beam.PCollection) -> beam.PCollection:
         return (
             files
-            | "Spread" >> beam.Reshuffle()
+            | "Spread" >> Spread()
             | "Scan" >> beam.Map(scan_file, self.source, self.spec, self.config)
         )
 
@@ -569,7 +568,7 @@ class WriteShards(beam.PTransform):
     def expand(self, files: beam.PCollection) -> beam.PCollection:
         return (
             files
-            | "Spread" >> beam.Reshuffle()
+            | "Spread" >> Spread()
             # (shard, (file, group)) per source file and shard: the units stay on disk
             | "KeyByShard" >> beam.FlatMap(keyed_by_shard, self.config)
             | "GroupByShard" >> beam.GroupByKey()
@@ -609,7 +608,7 @@ class ScanPieces(beam.PTransform):
     def expand(self, pieces: beam.PCollection) -> beam.PCollection:
         return (
             pieces
-            | "Spread" >> beam.Reshuffle()
+            | "Spread" >> Spread()
             | "Scan" >> beam.Map(scan_piece, self.source, self.spec, self.config)
             | "ByFile" >> beam.GroupByKey()  # (file, [piece index, ...])
             | "Join" >> beam.Map(merge_pieces, self.config)
@@ -628,7 +627,7 @@ class GuessSpec(beam.PTransform):
         cost = self.config.options.cost
         return (
             pieces
-            | "Spread" >> beam.Reshuffle()
+            | "Spread" >> Spread()
             | "Sample" >> beam.Map(sample_piece, self.source, self.config)
             | "OneKey" >> beam.Map(_under_one_key)
             | "AllSampled" >> beam.GroupByKey()
@@ -650,12 +649,12 @@ class ScanInferring(beam.PTransform):
         source, config = self.source, self.config
         return (
             pieces
-            | "Spread" >> beam.Reshuffle()
+            | "Spread" >> Spread()
             | "Scan" >> beam.Map(scan_guessing, source, config)
             | "OneKey" >> beam.Map(_under_one_key)
             | "AllScanned" >> beam.GroupByKey()  # (0, [every piece]): waits for the whole scan
             | "Confirm" >> beam.FlatMap(confirm_spec, source, config.work, config.options.cost)
-            | "SpreadAgain" >> beam.Reshuffle()
+            | "SpreadAgain" >> Spread()
             | "Rescan" >> beam.Map(rescan_if_guessed_wrong, source, config)
             | "ByFile" >> beam.GroupByKey()  # (file, [piece index, ...])
             | "Join" >> beam.Map(merge_pieces, config)

@@ -290,7 +290,8 @@ def _convert(
             pipeline_options,
             lambda p: (
                 p
-                | "ListFiles" >> beam.Create(files)
+                # no reshuffle here: every branch of ConvertFiles spreads its elements first
+                | "ListFiles" >> beam.Create(files, reshuffle=False)
                 | "Convert" >> ConvertFiles(source, spec, graph, settings)
             ),
         )

@@ -130,7 +130,7 @@ def run_split_convert(
             for name, source, graph, split_files in zip(names, sources, graphs, files, strict=True):
                 _ = (
                     p
-                    | f"ListFiles[{name}]" >> beam.Create(split_files)
+                    | f"ListFiles[{name}]" >> beam.Create(split_files, reshuffle=False)
                     | f"InferSchema[{name}]" >> InferSchema(source, graph)
                 )
 
@@ -179,7 +179,7 @@ def run_split_convert(
                 pipeline_options,
                 lambda p, source=source, graph=graph, split_files=split_files: (
                     p
-                    | "ListFiles" >> beam.Create(split_files)
+                    | "ListFiles" >> beam.Create(split_files, reshuffle=False)
                     | "Convert" >> ConvertFiles(source, spec, graph, settings)
                 ),
             )

@@ -17,6 +17,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from shardfeed.formats.storage import Location
 from shardfeed.formats.tier_copy import Target, copy_if_needed
 from shardfeed.pipelines.runners import make_runner
+from shardfeed.pipelines.spread import Spread
 from shardfeed.pipelines.worker_guard import guard_worker
 from shardfeed.planning.staging import CopyTask
 
@@ -39,11 +40,7 @@ class CopyToTier(beam.PTransform):
         self.source, self.target = source, target
 
     def expand(self, tasks: beam.PCollection) -> beam.PCollection:
-        return (
-            tasks
-            | "Spread" >> beam.Reshuffle()
-            | "Copy" >> beam.Map(copy_one, self.source, self.target)
-        )
+        return tasks | "Spread" >> Spread() | "Copy" >> beam.Map(copy_one, self.source, self.target)
 
 
 def run_copies(
@@ -54,7 +51,7 @@ def run_copies(
     pipeline = beam.Pipeline(runner=make_runner(options), options=options)
     _ = (
         pipeline
-        | "Files" >> beam.Create([(t.rel, t.bytes, t.sha256) for t in tasks])
+        | "Files" >> beam.Create([(t.rel, t.bytes, t.sha256) for t in tasks], reshuffle=False)
         | "CopyToTier" >> CopyToTier(source, target)
     )
     result = pipeline.run()

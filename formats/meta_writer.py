@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from shardfeed.formats.atomic import atomic_open, atomic_write_bytes
 from shardfeed.formats.layout import INFO_PATH, STATS_PATH, TASKS_PATH
-from shardfeed.formats.stats import QUANTILES, FeatureStats
+from shardfeed.formats.stats import QUANTILES, FeatureStats, StatsSummary
 from shardfeed.schemas.errors import ShardfeedError
 from shardfeed.schemas.features import FeatureSpec
 from shardfeed.schemas.info import Info
@@ -90,7 +90,8 @@ class EpisodeVideo:
 
 @dataclass
 class EpisodeRecord:
-    """One episode's row in ``meta/episodes``; ``stats`` maps feature name to its FeatureStats.
+    """One episode's row in ``meta/episodes``; ``stats`` maps feature name to its FeatureStats
+    (a :class:`StatsSummary` once read back from a shard writer's outcome).
 
     ``videos`` maps each video feature to where the episode's frames are (empty without videos).
     """
@@ -101,7 +102,7 @@ class EpisodeRecord:
     dataset_from_index: int
     dataset_to_index: int
     tasks: list[str]
-    stats: dict[str, FeatureStats] = field(default_factory=dict)
+    stats: dict[str, FeatureStats | StatsSummary] = field(default_factory=dict)
     source_episode_index: int | None = None  # the id in the source, when conversion renumbered
     videos: dict[str, EpisodeVideo] = field(default_factory=dict)
 

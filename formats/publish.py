@@ -54,7 +54,7 @@ from shardfeed.formats.sample_index import (
 )
 from shardfeed.formats.shard_writer import DEFAULT_ROW_GROUP_BYTES, write_shard
 from shardfeed.formats.sources.base import UnitRef
-from shardfeed.formats.stats import FeatureStats, merge_all
+from shardfeed.formats.stats import FeatureStats, merge_all, stats_from_state
 from shardfeed.schemas.errors import ShardfeedError
 from shardfeed.schemas.features import Feature, FeatureSpec
 from shardfeed.schemas.info import DEFAULT_VIDEO_PATH, Info
@@ -175,7 +175,8 @@ class ShardOutcome:
                     "dataset_from_index": e.dataset_from_index,
                     "dataset_to_index": e.dataset_to_index,
                     "tasks": list(e.tasks),
-                    "stats": {name: s.to_state() for name, s in e.stats.items()},
+                    # finished values: the sketches are merged into the shard's stats already
+                    "stats": {name: s.summary().to_state() for name, s in e.stats.items()},
                     "source_episode_index": e.source_episode_index,
                     "videos": {key: v.to_json() for key, v in e.videos.items()},
                 }
@@ -200,7 +201,7 @@ class ShardOutcome:
                 e["dataset_from_index"],
                 e["dataset_to_index"],
                 list(e["tasks"]),
-                {name: FeatureStats.from_state(s) for name, s in e["stats"].items()},
+                {name: stats_from_state(s) for name, s in e["stats"].items()},
                 e.get("source_episode_index"),
                 {key: EpisodeVideo.from_json(v) for key, v in e.get("videos", {}).items()},
             )

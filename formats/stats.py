@@ -222,6 +222,41 @@ class FeatureStats:
             out[key] = shaped(value)
         return out
 
+    def summary(self) -> StatsSummary:
+        """The finished values, without the sketch (what an episode's row needs)."""
+        return StatsSummary(self.shape, self.count, self.to_json() if self.count else None)
+
+
+@dataclass(frozen=True)
+class StatsSummary:
+    """A finished :class:`FeatureStats`: its ``to_json`` values, count and shape, no longer
+    mergeable. About 50 numbers per element where a state holds the sketch's thousands, so a shard
+    writer hands each episode's stats to the driver this way, worked out in parallel, instead of
+    the driver working out every episode's quantiles alone (``ShardOutcome.to_state``)."""
+
+    shape: tuple[int, ...]
+    count: int
+    values: dict[str, Any] | None  # None when count is 0
+
+    def to_json(self) -> dict[str, Any]:
+        if self.values is None:
+            raise ValueError("no values were added")
+        return self.values
+
+    def summary(self) -> StatsSummary:
+        return self
+
+    def to_state(self) -> dict[str, Any]:
+        return {"summary": {"shape": list(self.shape), "count": self.count, "values": self.values}}
+
+
+def stats_from_state(state: Mapping[str, Any]) -> FeatureStats | StatsSummary:
+    """A :meth:`StatsSummary.to_state` or :meth:`FeatureStats.to_state` read back."""
+    if "summary" not in state:
+        return FeatureStats.from_state(state)
+    summary = state["summary"]
+    return StatsSummary(tuple(summary["shape"]), int(summary["count"]), summary["values"])
+
 
 def merge_all(parts: list[Mapping[str, FeatureStats]]) -> dict[str, FeatureStats]:
     """Merge per-part stats dicts in the given order (the order fixes the bytes)."""

@@ -37,7 +37,7 @@ TESTS=(
     tests/test_loader_columns.py tests/test_loader_plan.py tests/test_loader_schedule.py
     tests/test_manifest_load.py tests/test_path_template.py tests/test_roundtrip.py
     tests/test_schemas.py tests/test_shard_plan.py tests/test_spans.py
-    tests/test_stats_and_payload.py tests/test_storage.py
+    tests/test_stats_and_payload.py tests/test_storage.py tests/test_episode_summaries.py
     tests/test_tier_copy.py tests/test_tiers.py tests/test_transforms_images.py tests/test_units.py
     tests/test_whole_pieces.py tests/test_writer_lease.py
 )

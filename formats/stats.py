@@ -201,7 +201,10 @@ class FeatureStats:
             raise ValueError("no values were added")
 
         def shaped(arr: np.ndarray) -> Any:
-            return _finite_or_none(np.asarray(arr).reshape(self.shape).tolist())
+            arr = np.asarray(arr).reshape(self.shape)
+            values = arr.tolist()
+            # the walk over the nested lists only where a value needs it (NaN/inf inputs)
+            return values if np.isfinite(arr).all() else _finite_or_none(values)
 
         # integers keep their own dtype (tolist gives exact Python ints, uint64 included)
         cast = (

@@ -30,6 +30,9 @@ def test_a_summary_read_back_gives_the_stats_values():
         assert back.to_json() == stats.to_json()
         assert (back.count, back.shape) == (stats.count, stats.shape)
         assert back.summary() is back
+    values = FeatureStats((2, 3)).add(floats).to_json()
+    assert values["mean"][1][2] is None and values["max"][1][2] is None  # JSON has no NaN
+    assert all(isinstance(v, float) for v in values["mean"][0])
     # a sketch's state still reads back as the mergeable stats
     state = FeatureStats((3,)).add(floats[:, 0]).to_state()
     assert isinstance(stats_from_state(_json_round_trip(state)), FeatureStats)

@@ -282,7 +282,8 @@ def keyed_by_shard(file: str, config: GraphConfig) -> Iterable[tuple[int, tuple[
     """source file -> (shard, (file, group)) for each shard that gets units of the file.
 
     The file's units are rewritten grouped by shard (work dir ``byshard/``, one record batch per
-    shard, source order within it), and only these references cross the shuffle. The in-process
+    shard, source order within it), unless one shard takes them all (``WHOLE_FILE``: its writer
+    reads the unit table itself), and only these references cross the shuffle. The in-process
     runner holds a whole GroupByKey in memory as Python objects (about 500 bytes per unit tuple),
     so shipping the units themselves made a run's memory grow with the corpus.
     """
@@ -301,9 +302,24 @@ def keyed_by_shard(file: str, config: GraphConfig) -> Iterable[tuple[int, tuple[
     shards = np.asarray(shards, dtype=np.int64)
     order = np.argsort(shards, kind="stable")
     numbers, starts = np.unique(shards[order], return_index=True)
+    if len(numbers) == 1:  # one shard takes the whole file: its writer reads the unit table
+        yield int(numbers[0]), (file, WHOLE_FILE)
+        return
     write_unit_groups(config.part("byshard", file, UNIT_SUFFIX), table, np.split(order, starts[1:]))
     for group, shard in enumerate(numbers.tolist()):
         yield shard, (file, group)
+
+
+#: ``keyed_by_shard``'s group of a file whose units all go to one shard (contiguous plans, as
+#: LeRobot's episodes and unshuffled runs have): no ``byshard/`` copy is written for it
+WHOLE_FILE = -1
+
+
+def _unit_group(config: GraphConfig, file: str, group: int) -> pa.Table:
+    """The units of ``file`` that ``keyed_by_shard`` gave one shard as ``group``."""
+    if group == WHOLE_FILE:
+        return read_unit_table(config.part("units", file, UNIT_SUFFIX))
+    return read_unit_group(config.part("byshard", file, UNIT_SUFFIX), group)
 
 
 @no_annotations  # a SourceReader is a Protocol, which Beam 2.78's type check cannot compare
@@ -345,7 +361,7 @@ def _write_shard(
     number = config.shard_offset + local
     row_start = config.row_offset + plan.row_start[local]
     unit_start = config.unit_offset + plan.unit_start[local]
-    groups = [read_unit_group(config.part("byshard", file, UNIT_SUFFIX), g) for file, g in parts]
+    groups = [_unit_group(config, file, group) for file, group in parts]
     # shuffled: by stable key; source order: files() is sorted, so (file, position) is source order
     by = ["key", "file", "position"] if isinstance(plan, ShardPlan) else ["file", "position"]
     units = pa.concat_tables(groups)

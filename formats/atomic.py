@@ -45,7 +45,7 @@ def atomic_open(path: str, *, durable: bool = True) -> Iterator[BinaryIO]:
         fsync_dir(os.path.dirname(path) or ".")
 
 
-def atomic_write_bytes(path: str, data: bytes, *, durable: bool = True) -> None:
+def atomic_write_bytes(path: str, data: bytes | memoryview, *, durable: bool = True) -> None:
     with atomic_open(path, durable=durable) as handle:
         handle.write(data)
 

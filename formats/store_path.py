@@ -170,14 +170,19 @@ class StorePath:
         if self.filesystem is None:
             os.makedirs(self.path, exist_ok=True)
 
-    def write_bytes(self, data: bytes, *, durable: bool = False) -> None:
+    def write_bytes(self, data: bytes | pa.Buffer, *, durable: bool = False) -> None:
         """Write the whole file at once: it appears complete or not at all (a local temporary
-        name then a rename; one object-store PUT). ``durable``: fsync a local file."""
+        name then a rename; one object-store PUT). ``durable``: fsync a local file. A pyarrow
+        ``Buffer`` is written to a local file as it is, with no copy into ``bytes``."""
         if self.filesystem is None:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            atomic_write_bytes(self.path, data, durable=durable)
+            atomic_write_bytes(
+                self.path, data if isinstance(data, bytes) else memoryview(data), durable=durable
+            )
             return
-        put_bytes(self.filesystem, self.path, data)
+        put_bytes(
+            self.filesystem, self.path, data if isinstance(data, bytes) else data.to_pybytes()
+        )
 
     def unlink(self) -> None:
         """Delete the file if it exists."""

@@ -174,7 +174,7 @@ def write_unit_groups(path: StorePath, table: pa.Table, groups: Sequence[np.ndar
         for group in groups:  # groups are never empty
             writer.write_batch(rows.slice(start, len(group)))
             start += len(group)
-    path.write_bytes(sink.getvalue().to_pybytes())  # scratch: a re-run redoes it
+    path.write_bytes(sink.getvalue())  # scratch: a re-run redoes it
 
 
 def read_unit_group(path: StorePath, group: int) -> pa.Table:
@@ -247,7 +247,7 @@ def _write(path: StorePath, table: pa.Table) -> None:
     options = pa.ipc.IpcWriteOptions(compression="zstd")
     with pa.ipc.new_file(sink, table.schema, options=options) as writer:
         writer.write_table(table)
-    path.write_bytes(sink.getvalue().to_pybytes())  # scratch, not fsynced: a re-run rescans
+    path.write_bytes(sink.getvalue())  # scratch, not fsynced: a re-run rescans
 
 
 def _read(path: StorePath, schema: pa.Schema) -> pa.Table:

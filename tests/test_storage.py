@@ -132,3 +132,22 @@ def test_size_and_mtime_are_the_files_own_with_the_same_escape_checks(tree, tmp_
     os.symlink(tmp_path / "outside" / "secret.bin", tree / "top.bin")
     with pytest.raises(UnsafePathError):
         loc.size_and_mtime("top.bin")
+
+
+def test_a_store_path_writes_an_arrow_buffer_whole(tmp_path):
+    """Scratch tables are written from Arrow's buffer (no copy into bytes on a local disk);
+    an object store gets the same bytes."""
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+
+    from shardfeed.formats.store_path import StorePath
+
+    data = pa.py_buffer(bytes(range(256)) * 1000)
+    local = StorePath.of(tmp_path / "sub" / "local.bin")
+    local.write_bytes(data)
+    assert local.read_bytes() == data.to_pybytes()
+    remote = StorePath(str(tmp_path / "remote.bin"), pafs.LocalFileSystem())
+    remote.write_bytes(data)
+    assert remote.read_bytes() == data.to_pybytes()
+    assert [name for name in os.listdir(tmp_path) if name != "sub"] == ["remote.bin"]
+    assert os.listdir(tmp_path / "sub") == ["local.bin"]  # no temporary name left

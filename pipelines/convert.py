@@ -410,7 +410,9 @@ def _stats_state(outcome: ShardOutcome) -> StatsState:
 
 def _write_sidecar(path: StorePath, inputs: str, outcome: ShardOutcome) -> None:
     state = {"inputs": inputs, "outcome": outcome.to_state()}
-    path.write_bytes(json.dumps(state, separators=(",", ":")).encode(), durable=True)
+    # atomic, not fsynced: the shard itself is durable before this is written, and a sidecar a
+    # crash left torn or empty is not reused (``reusable_outcome`` re-checks every file it names)
+    path.write_bytes(json.dumps(state, separators=(",", ":")).encode())
 
 
 def _outcome_files(outcome: ShardOutcome) -> list[FileRecord]:

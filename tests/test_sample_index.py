@@ -421,6 +421,11 @@ def test_a_sidecar_without_row_bytes_is_not_reused(tmp_path):
     assert reusable_outcome(StorePath(str(tmp_path)), StorePath(str(sidecar)), "abc") is None
     sidecar.write_text(json.dumps(["not", "a", "sidecar"]))
     assert reusable_outcome(StorePath(str(tmp_path)), StorePath(str(sidecar)), "abc") is None
+    # sidecars are not fsynced: one a power cut left empty or torn is written again, not reused
+    whole = json.dumps({"inputs": "abc", "outcome": outcome.to_state()})
+    for torn in ("", whole[: len(whole) // 2]):
+        sidecar.write_text(torn)
+        assert reusable_outcome(StorePath(str(tmp_path)), StorePath(str(sidecar)), "abc") is None
 
 
 # --------------------------------------------------------------------------------------------

@@ -403,9 +403,10 @@ def test_a_v30_range_that_does_not_start_on_a_keyframe_rejects_its_episode(tmp_p
         """Whether the frame after the row's first is not a keyframe, and not past the file's end."""
         with av.open(str(video_file(middle, CAM, row))) as container:
             stream = container.streams.video[0]
+            time_base = stream.time_base  # PyAV 18.1.1 refuses a closed container's streams
             keys = {p.pts: p.is_keyframe for p in container.demux(stream) if p.size}
-        start = round((row[f"videos/{CAM}/from_timestamp"] + 1 / FPS) / stream.time_base)
-        end = round(row[f"videos/{CAM}/to_timestamp"] / stream.time_base)
+        start = round((row[f"videos/{CAM}/from_timestamp"] + 1 / FPS) / time_base)
+        end = round(row[f"videos/{CAM}/to_timestamp"] / time_base)
         return keys.get(start) is False and end in keys
 
     victim = next(i for i, row in enumerate(rows) if moved_start_is_not_a_keyframe(row))

@@ -79,7 +79,8 @@ def _port_inodes() -> dict[int, str]:
             continue
         for row in rows:
             fields = row.split()
-            out.setdefault(int(fields[1].rsplit(":", 1)[1], 16), fields[9])
+            if fields[9] != "0":  # a TIME_WAIT socket of an earlier connection on this port
+                out.setdefault(int(fields[1].rsplit(":", 1)[1], 16), fields[9])
     return out
 
 

@@ -23,7 +23,7 @@ import pyarrow as pa
 import zstandard
 
 from shardfeed import __version__
-from shardfeed.formats.atomic import atomic_write_bytes
+from shardfeed.formats.atomic import atomic_write_bytes, fsync_dirs
 from shardfeed.formats.columns import column_to_numpy
 from shardfeed.formats.cost import COST_CHOICES, cost_buckets, resolve_cost_kind, row_cost
 from shardfeed.formats.encoding import get_encoding
@@ -423,6 +423,8 @@ def publish(
         splits=split_records,
         duplicates=duplicates,
     )
+    # shards and videos were fsynced by their writers, their renames not: one sync per directory
+    fsync_dirs(root, [*(s.path for s in shards), *(f.path for f in files)])
     body = manifest.dumps().encode()
     if commit is None:
         atomic_write_bytes(os.path.join(root, MANIFEST_PATH), body)

@@ -137,7 +137,8 @@ def write_shard(
     cuts = row_group_cuts(table, row_group_bytes, sizes)
     # combine chunks so page boundaries never depend on how the caller's batches were cut
     groups = [table.slice(a, b - a).combine_chunks() for a, b in itertools.pairwise(cuts)]
-    with atomic_open(os.path.join(root, rel_path)) as raw:
+    # the data is fsynced here, in parallel across writers; its directory once, by publish()
+    with atomic_open(os.path.join(root, rel_path), sync_dir=False) as raw:
         sink = _HashingSink(raw)
         try:
             offsets = codec.write(sink, table.schema, groups, spec)

@@ -206,7 +206,7 @@ def concat_segments(segments: Sequence[Segment], out_path: str) -> list[SegmentS
         raise ShardfeedError("concat_segments needs at least one segment")
     av = require_av()
     spans: list[SegmentSpan] = []
-    with atomic_open(out_path) as handle:
+    with atomic_open(out_path, sync_dir=False) as handle:  # publish() syncs the directory
         output = av.open(handle, "w", format="mp4", options={"fflags": "+bitexact"})
         try:
             out_stream = None

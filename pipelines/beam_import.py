@@ -64,23 +64,46 @@ def import_beam(lean: bool, own_process: bool = False) -> None:
     """Import Beam, without :data:`SKIPPED` when ``lean`` (and mark the environment, so this
     process's worker processes do the same). Modules already imported stay; once Beam is in,
     each skipped module can be imported again as usual. ``own_process`` (lean only): this process
-    runs shardfeed alone, so :data:`UNUSED_LIBRARIES` stay out of it to the end."""
+    runs shardfeed alone, so :data:`UNUSED_LIBRARIES` stay out of it to the end. A lean import
+    also shortens Beam's state sampling period (:func:`shorten_state_sampling`)."""
     if lean and own_process:
         leave_out_unused_libraries()
     if not lean or "apache_beam" in sys.modules:
         import apache_beam
-
-        return
-    os.environ[LEAN_ENV] = "1"
-    blocked = [name for name in SKIPPED if name not in sys.modules]
-    for name in blocked:
-        sys.modules[name] = None  # type: ignore[assignment]  # "import X" raises ImportError
-    try:
-        import apache_beam  # noqa: F401
-    finally:
+    else:
+        os.environ[LEAN_ENV] = "1"
+        blocked = [name for name in SKIPPED if name not in sys.modules]
         for name in blocked:
-            if name in sys.modules and sys.modules[name] is None:
-                del sys.modules[name]
+            sys.modules[name] = None  # type: ignore[assignment]  # "import X" raises ImportError
+        try:
+            import apache_beam  # noqa: F401
+        finally:
+            for name in blocked:
+                if name in sys.modules and sys.modules[name] is None:
+                    del sys.modules[name]
+    if lean:
+        shorten_state_sampling()
+
+
+#: How often a local run's state sampler wakes (Beam's default: 200 ms)
+SAMPLING_PERIOD_MS = 10
+
+
+def shorten_state_sampling(period_ms: int = SAMPLING_PERIOD_MS) -> bool:
+    """Make Beam's state samplers wake every ``period_ms``; True when done.
+
+    Each bundle has a sampler thread that times its steps; it sleeps between samples, 2 ms at
+    first, growing to 200 ms once the bundle has run about 2 s, and the bundle's end waits for
+    it to wake. A conversion's bundles are few and long, and its stages run one after another,
+    so each stage's end waited up to 0.2 s: 0.30 s in all of a one-thread text conversion's 11
+    bundles, 0.05 s at 10 ms. Only a Beam whose sampler takes its period as its one default
+    argument is changed."""
+    from apache_beam.runners.worker import statesampler
+
+    init = statesampler.StateSampler.__init__
+    if init.__defaults__ == (statesampler.DEFAULT_SAMPLING_PERIOD_MS,):
+        init.__defaults__ = (period_ms,)
+    return init.__defaults__ == (period_ms,)
 
 
 class _LeftOut(importlib.abc.MetaPathFinder):

@@ -165,3 +165,49 @@ def test_the_shardfeed_command_converts_without_pandas(tmp_path):
     )
     assert found == {"pandas": False}
     assert (tmp_path / "dst" / "meta" / "info.json").exists()
+
+
+SAMPLING_PROBE = """
+    import json
+    {imports}
+    import apache_beam as beam
+    from apache_beam.runners.worker import statesampler
+
+    def period(_):
+        return statesampler.get_current_tracker().sampling_period_ms
+
+    with beam.Pipeline() as p:  # Beam's in-process runner: the sampler of a real bundle
+        seen = p | beam.Create([0]) | beam.Map(period)
+        seen | beam.Map(lambda v: print(json.dumps({{"period": v}})))
+"""
+
+
+@pytest.mark.parametrize("lean", [True, False])
+def test_a_lean_import_shortens_the_bundles_state_sampling(lean):
+    """A bundle's end waits for its sampler thread's next wake-up, up to Beam's 200 ms; a lean
+    (local shardfeed) process samples every SAMPLING_PERIOD_MS, a full import as Beam does."""
+    from shardfeed.pipelines.beam_import import SAMPLING_PERIOD_MS
+
+    imports = f"from shardfeed.pipelines.beam_import import import_beam; import_beam(lean={lean})"
+    found = _python(SAMPLING_PROBE.format(imports=imports))
+    assert found == {"period": SAMPLING_PERIOD_MS if lean else 200}
+    assert SAMPLING_PERIOD_MS < 200
+
+
+def test_a_lean_worker_shortens_its_state_sampling():
+    """A ``multi_processing`` worker of a lean driver (``sdk_worker.prepare``) does the same."""
+    from shardfeed.pipelines.beam_import import SAMPLING_PERIOD_MS
+
+    found = _python(
+        """
+        import json
+        from shardfeed.pipelines.sdk_worker import prepare
+        prepare()
+        from apache_beam.runners.worker import statesampler
+        from apache_beam.utils.counters import CounterFactory
+        sampler = statesampler.StateSampler("x", CounterFactory())
+        print(json.dumps({"period": sampler.sampling_period_ms}))
+        """,
+        env={LEAN_ENV: "1"},
+    )
+    assert found == {"period": SAMPLING_PERIOD_MS}

@@ -65,7 +65,7 @@ def import_beam(lean: bool, own_process: bool = False) -> None:
     process's worker processes do the same). Modules already imported stay; once Beam is in,
     each skipped module can be imported again as usual. ``own_process`` (lean only): this process
     runs shardfeed alone, so :data:`UNUSED_LIBRARIES` stay out of it to the end. A lean import
-    also shortens Beam's state sampling period (:func:`shorten_state_sampling`)."""
+    also tunes Beam for a local run (``beam_tuning.tune_local_beam``)."""
     if lean and own_process:
         leave_out_unused_libraries()
     if not lean or "apache_beam" in sys.modules:
@@ -82,28 +82,9 @@ def import_beam(lean: bool, own_process: bool = False) -> None:
                 if name in sys.modules and sys.modules[name] is None:
                     del sys.modules[name]
     if lean:
-        shorten_state_sampling()
+        from shardfeed.pipelines.beam_tuning import tune_local_beam
 
-
-#: How often a local run's state sampler wakes (Beam's default: 200 ms)
-SAMPLING_PERIOD_MS = 10
-
-
-def shorten_state_sampling(period_ms: int = SAMPLING_PERIOD_MS) -> bool:
-    """Make Beam's state samplers wake every ``period_ms``; True when done.
-
-    Each bundle has a sampler thread that times its steps; it sleeps between samples, 2 ms at
-    first, growing to 200 ms once the bundle has run about 2 s, and the bundle's end waits for
-    it to wake. A conversion's bundles are few and long, and its stages run one after another,
-    so each stage's end waited up to 0.2 s: 0.30 s in all of a one-thread text conversion's 11
-    bundles, 0.05 s at 10 ms. Only a Beam whose sampler takes its period as its one default
-    argument is changed."""
-    from apache_beam.runners.worker import statesampler
-
-    init = statesampler.StateSampler.__init__
-    if init.__defaults__ == (statesampler.DEFAULT_SAMPLING_PERIOD_MS,):
-        init.__defaults__ = (period_ms,)
-    return init.__defaults__ == (period_ms,)
+        tune_local_beam()
 
 
 class _LeftOut(importlib.abc.MetaPathFinder):

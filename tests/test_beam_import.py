@@ -186,7 +186,7 @@ SAMPLING_PROBE = """
 def test_a_lean_import_shortens_the_bundles_state_sampling(lean):
     """A bundle's end waits for its sampler thread's next wake-up, up to Beam's 200 ms; a lean
     (local shardfeed) process samples every SAMPLING_PERIOD_MS, a full import as Beam does."""
-    from shardfeed.pipelines.beam_import import SAMPLING_PERIOD_MS
+    from shardfeed.pipelines.beam_tuning import SAMPLING_PERIOD_MS
 
     imports = f"from shardfeed.pipelines.beam_import import import_beam; import_beam(lean={lean})"
     found = _python(SAMPLING_PROBE.format(imports=imports))
@@ -196,7 +196,7 @@ def test_a_lean_import_shortens_the_bundles_state_sampling(lean):
 
 def test_a_lean_worker_shortens_its_state_sampling():
     """A ``multi_processing`` worker of a lean driver (``sdk_worker.prepare``) does the same."""
-    from shardfeed.pipelines.beam_import import SAMPLING_PERIOD_MS
+    from shardfeed.pipelines.beam_tuning import SAMPLING_PERIOD_MS
 
     found = _python(
         """

@@ -52,6 +52,7 @@ from shardfeed.pipelines.dedup import DropDuplicates
 from shardfeed.pipelines.graph_config import (
     GraphConfig,
 )
+from shardfeed.pipelines.heap_trim import trim_c_heap
 from shardfeed.pipelines.plan_stage import Plan, PlanSettings, hot_positions, load_plan, plan_files
 from shardfeed.pipelines.spec_stage import (
     PieceTuple,
@@ -338,7 +339,10 @@ def write_planned_shard(
     plan = load_plan(config.work)
     large = plan.units[local] > LARGE_SHARD_UNITS
     with _LARGE_SHARD if large else contextlib.nullcontext():
-        return _write_shard(local, parts, plan, source, spec, config)
+        written = _write_shard(local, parts, plan, source, spec, config)
+        if large:
+            trim_c_heap()  # its bookkeeping's freed memory, in this thread's arena (heap_trim.py)
+        return written
 
 
 #: A shard writer's bookkeeping of its units (their table, sorted, and the inputs digest) peaks at

@@ -68,23 +68,29 @@ def import_beam(lean: bool, own_process: bool = False) -> None:
     also tunes Beam for a local run (``beam_tuning.tune_local_beam``)."""
     if lean and own_process:
         leave_out_unused_libraries()
-    if not lean or "apache_beam" in sys.modules:
-        import apache_beam
-    else:
-        os.environ[LEAN_ENV] = "1"
-        blocked = [name for name in SKIPPED if name not in sys.modules]
-        for name in blocked:
-            sys.modules[name] = None  # type: ignore[assignment]  # "import X" raises ImportError
-        try:
-            import apache_beam  # noqa: F401
-        finally:
-            for name in blocked:
-                if name in sys.modules and sys.modules[name] is None:
-                    del sys.modules[name]
-    if lean:
-        from shardfeed.pipelines.beam_tuning import tune_local_beam
+    if not lean:
+        import apache_beam  # noqa: F401
 
-        tune_local_beam()
+        return
+    if "apache_beam" not in sys.modules:
+        os.environ[LEAN_ENV] = "1"
+        _import_without(SKIPPED)
+    from shardfeed.pipelines.beam_tuning import tune_local_beam
+
+    tune_local_beam()
+
+
+def _import_without(modules: Sequence[str]) -> None:
+    """Import Beam with ``modules`` (those not imported yet) refused for its duration only."""
+    blocked = [name for name in modules if name not in sys.modules]
+    for name in blocked:
+        sys.modules[name] = None  # type: ignore[assignment]  # "import X" raises ImportError
+    try:
+        import apache_beam  # noqa: F401
+    finally:
+        for name in blocked:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
 
 
 class _LeftOut(importlib.abc.MetaPathFinder):

@@ -98,8 +98,7 @@ def read_rows(path: StorePath, rows: np.ndarray, schema: pa.Schema) -> pa.Table:
         reader = pa.ipc.open_file(source)
         if reader.schema != schema:
             raise ValueError(f"{path}: spool schema {reader.schema} is not {schema}")
-        if last - first + 1 == len(rows) and (len(rows) == 1 or bool((np.diff(rows) == 1).all())):
-            # one run (rows ascending: no repeats, no gaps): slices of the batches it spans
+        if _is_run(rows):  # slices of the batches it spans
             return _read_run(reader, ends, first, last + 1, schema)
         which = np.searchsorted(ends, rows, side="right")
         cuts = np.flatnonzero(np.diff(which)) + 1
@@ -108,11 +107,18 @@ def read_rows(path: StorePath, rows: np.ndarray, schema: pa.Schema) -> pa.Table:
             number = int(which[part[0]])
             batch = reader.get_batch(number)  # read into memory, dropped after the take
             local = rows[part] - (int(ends[number]) - int(sizes[number]))
-            if local[-1] - local[0] + 1 == len(local) and (np.diff(local) == 1).all():
-                pieces.append(batch.slice(int(local[0]), len(local)))  # a run: no copy
+            if _is_run(local):
+                pieces.append(batch.slice(int(local[0]), len(local)))  # no copy
             else:
                 pieces.append(batch.take(pa.array(local)))
     return pa.Table.from_batches(pieces, schema)
+
+
+def _is_run(values: np.ndarray) -> bool:
+    """Whether ascending ``values`` are consecutive integers (no repeats, no gaps)."""
+    return int(values[-1]) - int(values[0]) + 1 == len(values) and bool(
+        (np.diff(values) == 1).all()
+    )
 
 
 def _read_run(

@@ -14,8 +14,8 @@ built for many small bundles and graphs built once. Three of its costs showed in
 
 Each change is made only when Beam's code is as expected (else that change is skipped); the
 results are the same (same signatures, views over the same values), only computed less often.
-Applied by a lean import (``beam_import.import_beam``): the ``shardfeed`` command on the local
-runner and its ``multi_processing`` workers.
+Applied by a lean import (``beam_import.import_beam``): a conversion on the local runner (the
+``shardfeed`` command, or ``main()`` called by another program) and its ``multi_processing`` workers.
 """
 
 from __future__ import annotations

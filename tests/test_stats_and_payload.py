@@ -134,10 +134,10 @@ def test_a_failing_disk_write_fails_the_shard_and_leaves_no_file(tmp_path, monke
 
     real_open = shard_writer.atomic_open
 
-    def failing_open(path):
+    def failing_open(path, **options):
         class Ctx:
             def __enter__(self):
-                self.inner = real_open(path)
+                self.inner = real_open(path, **options)
                 return FullDisk(self.inner.__enter__())
 
             def __exit__(self, *exc):

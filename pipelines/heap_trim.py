@@ -31,6 +31,11 @@ def _malloc_trim() -> Callable[[int], int] | None:
     return trim
 
 
+def can_trim() -> bool:
+    """Whether this process's C library has ``malloc_trim`` (glibc)."""
+    return _malloc_trim() is not None
+
+
 def trim_c_heap() -> bool:
     """Return the free memory of every glibc arena to the system; False where there is no
     ``malloc_trim`` (nothing is done)."""

@@ -9,9 +9,7 @@ import textwrap
 
 import pytest
 
-from shardfeed.pipelines.heap_trim import trim_c_heap
-
-GLIBC = sys.platform.startswith("linux") and trim_c_heap()
+from shardfeed.pipelines.heap_trim import can_trim
 
 FRAGMENTED = """
     import json, threading
@@ -35,7 +33,7 @@ FRAGMENTED = """
 """
 
 
-@pytest.mark.skipif(not GLIBC, reason="glibc's malloc_trim (Linux)")
+@pytest.mark.skipif(not can_trim(), reason="glibc's malloc_trim (Linux)")
 def test_trimming_gives_a_fragmented_threads_arena_back():
     out = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(FRAGMENTED)],

@@ -24,10 +24,13 @@ def main() -> int:
             conn.connect("\0" + os.environ[SERVER_ENV])  # an abstract socket name
             socket.send_fds(conn, [HEADER.pack(len(request))], [0, 1, 2])
             conn.sendall(request)
-            status = conn.recv(1)
         except (KeyError, OSError) as err:
             print(f"shardfeed: could not start a worker process: {err}", file=sys.stderr)
             return 1
+        try:
+            status = conn.recv(1)
+        except ConnectionResetError:  # the worker died before reading all of the request
+            status = b""
     return status[0] if status else WORKER_LOST
 
 

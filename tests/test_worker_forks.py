@@ -113,6 +113,42 @@ def test_a_client_without_a_server_fails_in_one_line():
     assert len(done.stderr.splitlines()) == 1
 
 
+def test_a_worker_killed_before_reading_its_request_is_a_lost_worker():
+    """A worker killed before it has read the whole request resets the connection (the unread
+    bytes); its client exits as for any lost worker (seen under the full suite's load: the
+    client said it could not start a worker, and exited 1)."""
+    import socket
+    import threading
+
+    name = f"shardfeed-workers-test-{os.getpid()}"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind("\0" + name)
+    listener.listen(1)
+
+    def die_unread() -> None:
+        conn, _ = listener.accept()
+        conn.recv(1, socket.MSG_PEEK)  # the request has arrived ...
+        time.sleep(0.3)  # ... all of it (a few KB, sent at once)
+        conn.close()  # read none of it: the kernel resets the client's side
+
+    server = threading.Thread(target=die_unread)
+    server.start()
+    try:
+        env = dict(os.environ, **{worker_forks.SERVER_ENV: name})
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", str(worker_forks.CLIENT)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        server.join()
+        listener.close()
+    assert done.returncode == worker_fork_client.WORKER_LOST, done.stderr
+    assert done.stderr == ""
+
+
 def test_a_killed_worker_ends_its_client_with_a_failure(tmp_path):
     """Beam's runner sees a worker's death as its command's non-zero exit (a worker whose
     harness waits for a runner that is not there, until killed)."""

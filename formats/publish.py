@@ -54,7 +54,7 @@ from shardfeed.formats.sample_index import (
 )
 from shardfeed.formats.shard_writer import DEFAULT_ROW_GROUP_BYTES, write_shard
 from shardfeed.formats.sources.base import UnitRef
-from shardfeed.formats.stats import FeatureStats, merge_all, stats_from_state
+from shardfeed.formats.stats import FeatureStats, merge_all, segment_stats, stats_from_state
 from shardfeed.schemas.errors import ShardfeedError
 from shardfeed.schemas.features import Feature, FeatureSpec
 from shardfeed.schemas.info import DEFAULT_VIDEO_PATH, Info
@@ -292,10 +292,11 @@ def build_shard(
     record = written.record
     columns = {f.name: _valid_values(table.column(f.name), f) for f in spec.stored if f.is_numeric}
     if episodic:
-        # the shard's stats are its episodes' stats merged in order: every value is summarised once
+        # the shard's stats are its episodes' merged in order, so they do not depend on where
+        # shards split; each episode keeps its finished stats
         images = {f.name: table.column(f.name) for f in spec.stored if f.dtype == "image"}
-        episodes = _episodes(columns, spec, options.tasks, number, index_start, images)
-        stats = merge_all([e.stats for e in episodes])
+        episodes, parts = _episodes(columns, spec, options.tasks, number, index_start, images)
+        stats = merge_all(parts)
     else:
         episodes = []
         stats = {name: _new_stats(spec[name]).add(values) for name, (values, _) in columns.items()}
@@ -539,8 +540,9 @@ def _episodes(
     number: int,
     start: int,
     images: Mapping[str, pa.ChunkedArray] | None = None,
-) -> list[EpisodeRecord]:
-    """Split the shard's rows into episodes, each with its tasks and per-feature stats.
+) -> tuple[list[EpisodeRecord], list[dict[str, FeatureStats]]]:
+    """Split the shard's rows into episodes, each with its tasks and per-feature stats (numeric
+    ones finished), and each episode's mergeable stats.
 
     ``images`` are the shard's ``image`` columns: each episode gets LeRobot-style camera stats
     (sampled frames, per channel, see ``formats/image_stats.py``) after its numeric ones.
@@ -570,26 +572,34 @@ def _episodes(
                         f"episode {ep}: task_index {t} has no entry in tasks ({len(tasks)} tasks)"
                     )
                 names.append(tasks[t])
-        stats = {
-            name: _new_stats(spec[name]).add(_rows(values, positions, a, b))
-            for name, (values, positions) in columns.items()
-        }
-        out.append(EpisodeRecord(ep, chunk, file, start + a, start + b, names, stats))
+        out.append(EpisodeRecord(ep, chunk, file, start + a, start + b, names))
+    parts: list[dict[str, FeatureStats]] = [{} for _ in out]
+    for name, (values, positions) in columns.items():
+        edges = np.r_[run_starts, len(episode_ids)]
+        if positions is not None:  # each episode's rows among the non-null values
+            edges = np.searchsorted(positions, edges)
+        feature = spec[name]
+        per_episode = segment_stats(values, edges.tolist(), feature.shape, _integer(feature))
+        for episode, part, (stats, summary) in zip(out, parts, per_episode, strict=True):
+            part[name], episode.stats[name] = stats, summary
     ranges = [
         (e.episode_index, e.dataset_from_index - start, e.dataset_to_index - start) for e in out
     ]
     for name, column in (images or {}).items():
         per_episode = image_stats_per_episode(column, ranges, name=name, first_index=start)
-        for episode, image_stats in zip(out, per_episode, strict=True):
+        for episode, part, image_stats in zip(out, parts, per_episode, strict=True):
             if image_stats is not None:
-                episode.stats[name] = image_stats
-    return out
+                episode.stats[name] = part[name] = image_stats
+    return out, parts
 
 
 def _new_stats(feature: Feature) -> FeatureStats:
-    return FeatureStats(
-        feature.shape, integer=feature.dtype.startswith(("int", "uint")) or feature.dtype == "bool"
-    )
+    return FeatureStats(feature.shape, integer=_integer(feature))
+
+
+def _integer(feature: Feature) -> bool:
+    """Whether ``feature``'s stats keep integer min and max."""
+    return feature.dtype.startswith(("int", "uint")) or feature.dtype == "bool"
 
 
 def _valid_values(
@@ -600,10 +610,3 @@ def _valid_values(
         return column_to_numpy(column, feature), None
     valid = column.is_valid().to_numpy(zero_copy_only=False)
     return column_to_numpy(column.filter(valid), feature), np.flatnonzero(valid)
-
-
-def _rows(values: np.ndarray, positions: np.ndarray | None, a: int, b: int) -> np.ndarray:
-    """The values of rows ``[a, b)``, skipping null rows."""
-    if positions is None:
-        return values[a:b]
-    return values[np.searchsorted(positions, a) : np.searchsorted(positions, b)]

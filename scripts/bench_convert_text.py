@@ -418,10 +418,17 @@ def summarise(kind: str, results: list[bc.Result], samples: int) -> dict:
 
 
 def run_kind(
-    kind: str, workdir: Path, quick: bool, names: list[str] | None, timeout: float, drop: bool
+    kind: str,
+    workdir: Path,
+    quick: bool,
+    names: list[str] | None,
+    timeout: float,
+    drop: bool,
+    docs: int | None = None,
 ) -> dict:
     """Generate (or reuse) the corpus, run the contenders of ``kind``, print the table and
-    return the kind's summary block."""
+    return the kind's summary block. ``docs``: documents per text file instead of the
+    (quick or full) default."""
     started = time.perf_counter()
     if kind == "tfrecord":
         corpus = workdir / "tfrecord-corpus"
@@ -429,7 +436,7 @@ def run_kind(
         info = {**info, "payload": info["bytes"], "bytes": {"tfrecord": info["bytes"]}}
     else:
         corpus = workdir / "text-corpus"
-        info = make_text_corpus(corpus, QUICK_DOCS if quick else FULL_DOCS)
+        info = make_text_corpus(corpus, docs or (QUICK_DOCS if quick else FULL_DOCS))
     samples = info["samples"]
     print(
         f"bench: corpus {corpus}: {samples:,} records in {FILES} files, "

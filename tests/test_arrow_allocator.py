@@ -1,4 +1,4 @@
-"""A ``shardfeed`` command sets Arrow's allocator to reset freed pages, before Arrow loads."""
+"""A ``shardfeed`` command sets how long Arrow's allocator keeps freed pages, before Arrow loads."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import sys
 import pyarrow  # noqa: F401  # loaded here first, as any process but a command has it
 
 from shardfeed.cli import arrow_allocator
-from shardfeed.cli.arrow_allocator import PURGE_DECOMMITS, keep_freed_pages
+from shardfeed.cli.arrow_allocator import DELAY_MS, PURGE_DELAY, keep_freed_pages
 
 
 def _command_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k != PURGE_DECOMMITS}
+    return {k: v for k, v in os.environ.items() if k != PURGE_DELAY}
 
 
 def test_the_command_sets_it_before_arrow_loads():
@@ -21,7 +21,7 @@ def test_the_command_sets_it_before_arrow_loads():
         "import sys, os\n"
         "import shardfeed.cli.main\n"
         "assert 'pyarrow' in sys.modules\n"
-        f"print(os.environ.get({PURGE_DECOMMITS!r}))\n"
+        f"print(os.environ.get({PURGE_DELAY!r}))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe],
@@ -30,16 +30,16 @@ def test_the_command_sets_it_before_arrow_loads():
         text=True,
         check=True,
     )
-    assert out.stdout.strip() == "0"
+    assert out.stdout.strip() == str(DELAY_MS)
 
 
 def test_the_users_own_setting_stays():
-    probe = f"import os, shardfeed.cli.main; print(os.environ[{PURGE_DECOMMITS!r}])"
-    env = {**_command_env(), PURGE_DECOMMITS: "1"}
+    probe = f"import os, shardfeed.cli.main; print(os.environ[{PURGE_DELAY!r}])"
+    env = {**_command_env(), PURGE_DELAY: "10"}
     out = subprocess.run(
         [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
     )
-    assert out.stdout.strip() == "1"
+    assert out.stdout.strip() == "10"
 
 
 def test_nothing_is_set_once_arrow_is_loaded(monkeypatch):
@@ -47,4 +47,4 @@ def test_nothing_is_set_once_arrow_is_loaded(monkeypatch):
     assert "pyarrow" in sys.modules  # this test process loaded it long ago
     assert keep_freed_pages(environ) is False and environ == {}
     monkeypatch.setattr(arrow_allocator.sys, "modules", {})
-    assert keep_freed_pages(environ) is True and environ == {PURGE_DECOMMITS: "0"}
+    assert keep_freed_pages(environ) is True and environ == {PURGE_DELAY: str(DELAY_MS)}

@@ -12,12 +12,14 @@ text      ``sf-1w``/``sf-2t``/``sf-2w`` (shardfeed: in-process runner on one thr
           (Hugging Face ``datasets``: ``load_dataset("json")``, ``shuffle(seed)``,
           ``flatten_indices()``, ``to_parquet`` per shard), ``mds`` (``MDSWriter``, ``json.loads``
           per line), ``plain`` (one pyarrow pass: ``read_json``, ``take(permutation)``,
-          ``write_table`` zstd per shard: the practical limit)
+          ``write_table`` zstd per shard: the practical limit), ``plain-2p`` (the plain pass
+          over half the files in each of two forked processes: ``plain_scale_2p``, how far
+          this machine's two cores divide the plain pass, beside shardfeed's ``scale_2w``)
 text-gz   the same files as ``.jsonl.gz`` and ``.jsonl.zst``, converted by shardfeed (its default
           runner) into about 4 and about 64 shards, beside the plain ``.jsonl`` at 4 shards
 parquet   the same documents as 8 Parquet files: ``sf-1w``, ``sf-2t``, ``sf-2w``, ``hf``
-          (``load_dataset("parquet")``, the same steps) and ``plain`` (``read_table``, ``take``,
-          ``write_table`` zstd)
+          (``load_dataset("parquet")``, the same steps), ``plain`` (``read_table``, ``take``,
+          ``write_table`` zstd) and ``plain-2p``
 tfrecord  100,000 ``tf.train.Example`` records in 8 files (int64 and float scalars, an 8-float
           list, UTF-8 text, a varying list of byte strings): ``sf-1w``, ``sf-2t``, ``sf-2w`` and
           ``tfrecord`` (the ``tfrecord`` package's reader, columns into pyarrow, permuted,
@@ -50,10 +52,10 @@ QUICK_DOCS = 2_500  # 20,000 documents, about 28 MB
 SEED = 7
 PEER_SEED = 0
 
-TEXT_CONTENDERS = ("sf-1w", "sf-2t", "sf-2w", "hf", "mds", "plain")
+TEXT_CONTENDERS = ("sf-1w", "sf-2t", "sf-2w", "hf", "mds", "plain", "plain-2p")
 TFRECORD_CONTENDERS = ("sf-1w", "sf-2t", "sf-2w", "tfrecord")
 TF_FULL, TF_QUICK = 12_500, 2_500  # tf.train.Example records per file (8 files)
-PARQUET_CONTENDERS = ("sf-1w", "sf-2t", "sf-2w", "hf", "plain")
+PARQUET_CONTENDERS = ("sf-1w", "sf-2t", "sf-2w", "hf", "plain", "plain-2p")
 SF_RUNS = ("sf-1w", "sf-2t", "sf-2w")
 GZ_CONTENDERS = ("sf-jsonl-4", "sf-gz-4", "sf-gz-64", "sf-zst-4", "sf-zst-64")
 SHARDS = 4  # the text and parquet kinds' shard count
@@ -162,8 +164,9 @@ def _inputs(src: str, suffix: str) -> list[str]:
     return sorted(str(p) for p in Path(src).glob(f"*{suffix}"))
 
 
-def write_parts(table: Any, dst: str, shards: int) -> None:
-    """``table`` cut into ``shards`` equal runs of rows, written as zstd Parquet files."""
+def write_parts(table: Any, dst: str, shards: int, first: int = 0) -> None:
+    """``table`` cut into ``shards`` equal runs of rows, written as zstd Parquet files numbered
+    from ``first``."""
     import numpy as np
     import pyarrow.parquet as pq
 
@@ -171,24 +174,53 @@ def write_parts(table: Any, dst: str, shards: int) -> None:
     bounds = np.linspace(0, table.num_rows, shards + 1).astype(int)
     for k in range(shards):
         part = table.slice(bounds[k], bounds[k + 1] - bounds[k])
-        pq.write_table(part, os.path.join(dst, f"shard-{k:05d}.parquet"), compression="zstd")
+        name = f"shard-{first + k:05d}.parquet"
+        pq.write_table(part, os.path.join(dst, name), compression="zstd")
 
 
-def peer_plain(src: str, dst: str, shards: int, fmt: str) -> dict:
-    """One pyarrow pass: read every file, permute, write ``shards`` zstd Parquet files."""
+def peer_plain(src: str, dst: str, shards: int, fmt: str, processes: int = 1) -> dict:
+    """One pyarrow pass: read every file, permute, write ``shards`` zstd Parquet files.
+    ``processes`` > 1: the files dealt out over that many forked processes, each permuting its
+    own rows and writing its share of the shards, with nothing shared between them: how well
+    this machine's cores divide the plain pass, the ceiling of shardfeed's ``scale_2w``."""
+    started = time.perf_counter()
+    files = _inputs(src, ".jsonl" if fmt == "json" else ".parquet")
+    if processes == 1:
+        rows = _plain_pass(files, dst, shards, fmt, 0)
+        return {"work_s": time.perf_counter() - started, "samples": rows}
+    children = []
+    for k in range(processes):
+        pid = os.fork()
+        if pid == 0:
+            status = 1
+            try:
+                share = shards // processes
+                _plain_pass(files[k::processes], dst, share, fmt, k * share)
+                status = 0
+            finally:
+                os._exit(status)  # a failure's traceback is on stderr already
+        children.append(pid)
+    if any(os.waitpid(pid, 0)[1] for pid in children):
+        raise SystemExit("plain-2p: a process failed")
+    import pyarrow.parquet as pq
+
+    rows = sum(pq.ParquetFile(f).metadata.num_rows for f in _inputs(dst, ".parquet"))
+    return {"work_s": time.perf_counter() - started, "samples": rows}
+
+
+def _plain_pass(files: list[str], dst: str, shards: int, fmt: str, first: int) -> int:
+    """Read ``files``, permute their rows, write them as ``shards`` files numbered from
+    ``first``; the rows written."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.json as pj
     import pyarrow.parquet as pq
 
-    started = time.perf_counter()
-    if fmt == "json":
-        table = pa.concat_tables(pj.read_json(f) for f in _inputs(src, ".jsonl"))
-    else:
-        table = pa.concat_tables(pq.read_table(f) for f in _inputs(src, ".parquet"))
+    read = pj.read_json if fmt == "json" else pq.read_table
+    table = pa.concat_tables(read(f) for f in files)
     table = table.take(np.random.default_rng(PEER_SEED).permutation(table.num_rows))
-    write_parts(table, dst, shards)
-    return {"work_s": time.perf_counter() - started, "samples": table.num_rows}
+    write_parts(table, dst, shards, first)
+    return table.num_rows
 
 
 def peer_hf(src: str, dst: str, shards: int, fmt: str) -> dict:
@@ -268,8 +300,8 @@ def run_peer(argv: list[str]) -> int:
     name, src, dst, shards, fmt, shard_bytes = argv
     if name == "tfrecord":
         out = peer_tfrecord(src, dst, int(shards))
-    elif name == "plain":
-        out = peer_plain(src, dst, int(shards), fmt)
+    elif name in ("plain", "plain-2p"):
+        out = peer_plain(src, dst, int(shards), fmt, 2 if name == "plain-2p" else 1)
     elif name == "hf":
         out = peer_hf(src, dst, int(shards), fmt)
     else:
@@ -366,6 +398,7 @@ def plan_runs(kind: str, corpus: Path, out: Path, info: dict, names: list[str]) 
     warm = {
         "hf": "import datasets",
         "plain": "import pyarrow.json, pyarrow.parquet",
+        "plain-2p": "import pyarrow.json, pyarrow.parquet",
         "tfrecord": "import tfrecord.reader, pyarrow.parquet",
     }
     for name in names:
@@ -411,6 +444,8 @@ def summarise(kind: str, results: list[bc.Result], samples: int) -> dict:
             out["best_shardfeed"] = best
         out["scale_2w"] = ratio("sf-2w", "sf-1w")
         out["scale_2t"] = ratio("sf-2t", "sf-1w")
+        # the same ratio for the plain pass split over two processes: this machine's ceiling
+        out["plain_scale_2p"] = ratio("plain-2p", "plain")
     out["samples_per_s"] = {n: round(v, 1) for n, v in tput.items()}
     out["shards"] = {r.name: r.extra.get("shards") for r in results}
     out["peak_rss_mb"] = {r.name: round(r.peak_rss_bytes / 1e6) for r in results}

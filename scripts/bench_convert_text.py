@@ -181,8 +181,8 @@ def write_parts(table: Any, dst: str, shards: int, first: int = 0) -> None:
 def peer_plain(src: str, dst: str, shards: int, fmt: str, processes: int = 1) -> dict:
     """One pyarrow pass: read every file, permute, write ``shards`` zstd Parquet files.
     ``processes`` > 1: the files dealt out over that many forked processes, each permuting its
-    own rows and writing its share of the shards, with nothing shared between them: how well
-    this machine's cores divide the plain pass, the ceiling of shardfeed's ``scale_2w``."""
+    own rows and writing its share of the shards, with nothing shared between them: how far
+    this machine's two cores divide the plain pass itself, beside shardfeed's ``scale_2w``."""
     started = time.perf_counter()
     files = _inputs(src, ".jsonl" if fmt == "json" else ".parquet")
     if processes == 1:
@@ -444,7 +444,7 @@ def summarise(kind: str, results: list[bc.Result], samples: int) -> dict:
             out["best_shardfeed"] = best
         out["scale_2w"] = ratio("sf-2w", "sf-1w")
         out["scale_2t"] = ratio("sf-2t", "sf-1w")
-        # the same ratio for the plain pass split over two processes: this machine's ceiling
+        # the same ratio for the plain pass split over two processes, on the same machine
         out["plain_scale_2p"] = ratio("plain-2p", "plain")
     out["samples_per_s"] = {n: round(v, 1) for n, v in tput.items()}
     out["shards"] = {r.name: r.extra.get("shards") for r in results}

@@ -5,7 +5,8 @@ Arrow's default allocator (mimalloc) returns freed pages to the system 10 ms aft
 freed, and a conversion frees and allocates hundreds of megabytes per file and per shard: each
 page taken back and used again is zeroed by the kernel again, in a (huge) page fault. On the text
 benchmark's 400,000 documents that was 14% of one thread's samples (``clear_page_erms`` under
-``do_huge_pmd_anonymous_page``) and 2.6 s of system time. Waiting 5 s instead lets the next file
+``do_huge_pmd_anonymous_page``), and 5.2 s of system time against 3.4 s with the 5 s delay
+(BENCHMARKS.md, seventh session). Waiting 5 s lets the next file
 or shard reuse the pages; memory is still returned where the pipeline asks for it
 (``release_unused`` after each scanned file and written shard) and when it stays unused.
 

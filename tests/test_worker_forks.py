@@ -99,18 +99,34 @@ def test_an_empty_variable_turns_forking_off(tmp_path, monkeypatch):
     assert {line.split()[2] for line in said} == {"sdk_worker"}  # a new interpreter each
 
 
-def test_a_client_without_a_server_fails_in_one_line():
-    env = dict(os.environ, **{worker_forks.SERVER_ENV: "shardfeed-workers-nobody-listens"})
-    done = subprocess.run(
+def _run_client(server: str) -> subprocess.CompletedProcess:
+    """The worker command, as Beam's runner starts it, asking the server named ``server``."""
+    env = dict(os.environ, **{worker_forks.SERVER_ENV: server})
+    return subprocess.run(
         [sys.executable, "-I", "-S", str(worker_forks.CLIENT)],
         env=env,
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def test_a_client_without_a_server_fails_in_one_line():
+    done = _run_client("shardfeed-workers-nobody-listens")
     assert done.returncode == 1
     assert done.stderr.startswith("shardfeed: could not start a worker process:")
     assert len(done.stderr.splitlines()) == 1
+
+
+def _queued(conn) -> int:
+    """Bytes waiting in ``conn``'s receive queue (``FIONREAD``: all of them, on a Unix stream)."""
+    import array
+    import fcntl
+    import termios
+
+    count = array.array("i", [0])
+    fcntl.ioctl(conn.fileno(), termios.FIONREAD, count)
+    return count[0]
 
 
 def test_a_worker_killed_before_reading_its_request_is_a_lost_worker():
@@ -127,21 +143,18 @@ def test_a_worker_killed_before_reading_its_request_is_a_lost_worker():
 
     def die_unread() -> None:
         conn, _ = listener.accept()
-        conn.recv(1, socket.MSG_PEEK)  # the request has arrived ...
-        time.sleep(0.3)  # ... all of it (a few KB, sent at once)
-        conn.close()  # read none of it: the kernel resets the client's side
+        header = conn.recv(worker_forks.HEADER.size, socket.MSG_PEEK | socket.MSG_WAITALL)
+        whole = worker_forks.HEADER.size + worker_forks.HEADER.unpack(header)[0]
+        deadline = time.monotonic() + 30
+        # the whole request has arrived (the bytes queued, as the kernel counts them) ...
+        while _queued(conn) < whole and time.monotonic() < deadline:
+            time.sleep(0.005)
+        conn.close()  # ... and none of it was read: the kernel resets the client's side
 
     server = threading.Thread(target=die_unread)
     server.start()
     try:
-        env = dict(os.environ, **{worker_forks.SERVER_ENV: name})
-        done = subprocess.run(
-            [sys.executable, "-I", "-S", str(worker_forks.CLIENT)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        done = _run_client(name)
     finally:
         server.join()
         listener.close()
